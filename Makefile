@@ -1,0 +1,55 @@
+# One entry point for every job; each target is one line in the README.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+VENV        ?= .venv
+PY          := $(VENV)/bin/python
+MODEL_DIR   ?= models/kokoro
+PORT        ?= 8080
+HOST        ?= 127.0.0.1
+UV          := $(shell command -v uv 2>/dev/null || echo "$(HOME)/.local/bin/uv")
+PYTHON312    = $(shell scripts/find_python.sh)
+
+export KOKORO_MODEL_DIR ?= $(abspath $(MODEL_DIR))
+
+.PHONY: help install weights serve demo test lint lock clean
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
+
+$(UV):
+	python3 -m pip install --quiet --user uv || python3 -m pip install --quiet uv
+
+# The environment is rebuilt only when the lock or the project metadata changes.
+$(VENV)/.installed: requirements.lock pyproject.toml | $(UV)
+	@test -x $(PY) || $(UV) venv --quiet --python "$(PYTHON312)" $(VENV)
+	$(UV) pip sync --quiet --python $(PY) requirements.lock
+	$(UV) pip install --quiet --python $(PY) --no-deps -e .
+	@touch $@
+
+install: $(VENV)/.installed weights ## create .venv from the lock and fetch the weights (idempotent)
+
+weights: $(VENV)/.installed ## fetch the Kokoro weights into MODEL_DIR (a no-op when present and verified)
+	$(PY) -m kokoro_tts.weights fetch --dest "$(MODEL_DIR)"
+
+serve: install ## run the TTS server in the foreground on the embedded default (PORT=8080)
+	$(VENV)/bin/serve --host $(HOST) --port $(PORT)
+
+demo: install ## install, then speak a sample reply through the running server into a WAV file
+	$(PY) scripts/demo.py --port $(PORT)
+
+test: install ## lint, type-check and run the test suite
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
+	$(VENV)/bin/pytest
+
+lint: $(VENV)/.installed ## ruff and mypy only
+	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check . && $(VENV)/bin/mypy
+
+lock: | $(UV) ## re-pin requirements.lock (exact versions with hashes, no download addresses)
+	$(UV) pip compile pyproject.toml --extra server --extra agent --extra mirror --extra dev --generate-hashes \
+	  --python "$(PYTHON312)" --quiet -o requirements.lock
+
+clean: ## remove the environment (weights in MODEL_DIR are kept)
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
