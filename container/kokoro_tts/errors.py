@@ -1,0 +1,63 @@
+"""Errors a client can act on: each has a stable code, a message for a person, and an HTTP status.
+
+Handlers turn a ``TTSError`` into ``{"error": {"code", "message"}}`` (HTTP) or an error frame (WebSocket).
+Any other exception is a bug: the client reads ``internal_error`` and a generic message, never the exception's text.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class ErrorCode(StrEnum):
+    INVALID_JSON = "invalid_json"
+    INVALID_UTF8 = "invalid_utf8"
+    INVALID_MESSAGE = "invalid_message"
+    UNKNOWN_TYPE = "unknown_type"
+    MISSING_TEXT = "missing_text"
+    EMPTY_TEXT = "empty_text"
+    INVALID_TEXT = "invalid_text"
+    TEXT_TOO_LONG = "text_too_long"
+    NOTHING_TO_SPEAK = "nothing_to_speak"
+    UNKNOWN_VOICE = "unknown_voice"
+    INVALID_VOICE = "invalid_voice"
+    UNSUPPORTED_LANGUAGE = "unsupported_language"
+    INVALID_SPEED = "invalid_speed"
+    UNSUPPORTED_FORMAT = "unsupported_format"
+    INVALID_ID = "invalid_id"
+    QUEUE_FULL = "queue_full"
+    MESSAGE_TOO_LARGE = "message_too_large"
+    UNSUPPORTED_MEDIA_TYPE = "unsupported_media_type"
+    NOT_READY = "not_ready"
+    OVERLOADED = "overloaded"
+    INTERNAL_ERROR = "internal_error"
+
+
+_STATUS = {
+    ErrorCode.TEXT_TOO_LONG: 413,
+    ErrorCode.MESSAGE_TOO_LARGE: 413,
+    ErrorCode.UNSUPPORTED_MEDIA_TYPE: 415,
+    ErrorCode.NOT_READY: 503,
+    ErrorCode.OVERLOADED: 503,
+    ErrorCode.QUEUE_FULL: 429,
+    ErrorCode.INTERNAL_ERROR: 500,
+}
+
+
+class TTSError(Exception):
+    """A failure the client caused or can work around; ``message`` is written for the client."""
+
+    def __init__(self, code: ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+    @property
+    def http_status(self) -> int:
+        return _STATUS.get(self.code, 400)
+
+    def to_dict(self) -> dict[str, str]:
+        return {"code": self.code.value, "message": self.message}
+
+
+INTERNAL_ERROR_MESSAGE = "The server failed to synthesize this request; it has been logged."

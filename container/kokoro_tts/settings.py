@@ -1,0 +1,49 @@
+"""Server settings, read once from the environment (SageMaker passes configuration as env vars)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+def _env_int(name: str, default: int) -> int:
+    value = os.environ.get(name)
+    return int(value) if value else default
+
+
+def _env_float(name: str, default: float) -> float:
+    value = os.environ.get(name)
+    return float(value) if value else default
+
+
+def _default_model_dir() -> Path:
+    # SageMaker mounts the S3 weight cache at /opt/ml/model; locally `make weights` fills models/kokoro.
+    if explicit := os.environ.get("KOKORO_MODEL_DIR"):
+        return Path(explicit)
+    return Path("/opt/ml/model")
+
+
+@dataclass(frozen=True)
+class Settings:
+    model_dir: Path = field(default_factory=_default_model_dir)
+    backend: str = field(default_factory=lambda: os.environ.get("KOKORO_BACKEND", "onnx"))
+    device: str = field(default_factory=lambda: os.environ.get("KOKORO_DEVICE", "auto"))
+    default_voice: str = field(default_factory=lambda: os.environ.get("KOKORO_DEFAULT_VOICE", "af_heart"))
+    # Characters per utterance: long enough for any spoken reply, short enough that one request cannot
+    # occupy the engine for minutes. Longer text is rejected with text_too_long, never truncated.
+    max_text_chars: int = field(default_factory=lambda: _env_int("KOKORO_MAX_TEXT_CHARS", 5000))
+    # Utterances queued in one WebSocket session beyond the one in flight.
+    max_queued_utterances: int = field(default_factory=lambda: _env_int("KOKORO_MAX_QUEUED", 32))
+    # Largest WebSocket message or HTTP body accepted, in bytes.
+    max_message_bytes: int = field(default_factory=lambda: _env_int("KOKORO_MAX_MESSAGE_BYTES", 64 * 1024))
+    # Inference jobs run at once. On a CPU one job using every core gives the lowest latency.
+    workers: int = field(default_factory=lambda: _env_int("KOKORO_WORKERS", 1))
+    # Threads inside one inference job (onnxruntime intra-op); 0 lets the backend choose.
+    threads: int = field(default_factory=lambda: _env_int("KOKORO_THREADS", 0))
+    min_speed: float = 0.5
+    max_speed: float = 2.0
+    warmup_text: str = field(
+        default_factory=lambda: os.environ.get("KOKORO_WARMUP_TEXT", "Warming up the speech engine.")
+    )
+    ws_ping_seconds: float = field(default_factory=lambda: _env_float("KOKORO_WS_PING_SECONDS", 60.0))

@@ -1,0 +1,100 @@
+"""Voice packs by name and as weighted blends ("af_heart:0.7,af_bella:0.3")."""
+
+from __future__ import annotations
+
+import re
+import threading
+from dataclasses import dataclass
+
+import numpy as np
+
+from .errors import ErrorCode, TTSError
+from .weights.layout import WeightLayout
+
+STYLE_ROWS = 510
+_NAME = re.compile(r"^[a-z]{2}_[a-z0-9_]+$")
+MAX_BLEND_PARTS = 8
+
+
+@dataclass(frozen=True)
+class Voice:
+    """A resolved voice: the spec the client gave, its language prefix and its style pack (510×256)."""
+
+    spec: str
+    lang: str
+    pack: np.ndarray
+
+    def style(self, n_tokens: int) -> np.ndarray:
+        """The style row for an input of ``n_tokens`` phoneme tokens, shaped (1, 256)."""
+        row = min(max(n_tokens - 1, 0), STYLE_ROWS - 1)
+        return self.pack[row : row + 1]
+
+
+class VoiceBank:
+    def __init__(self, layout: WeightLayout) -> None:
+        self._layout = layout
+        self._names = layout.voice_names()
+        if not self._names:
+            raise FileNotFoundError(f"no voice packs (*.bin) in {layout.voices_dir}")
+        self._packs: dict[str, np.ndarray] = {}
+        self._blends: dict[str, Voice] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def names(self) -> list[str]:
+        return list(self._names)
+
+    def resolve(self, spec: object) -> Voice:
+        """Parse and load ``spec``; raises ``TTSError`` with a message that says what to send instead."""
+        if not isinstance(spec, str) or not spec.strip():
+            raise TTSError(ErrorCode.INVALID_VOICE, "voice must be a non-empty string such as 'af_heart'.")
+        key = spec.replace(" ", "")
+        if cached := self._blends.get(key):
+            return cached
+        parts = _parse_blend(key)
+        for name, _ in parts:
+            if name not in self._names:
+                raise TTSError(
+                    ErrorCode.UNKNOWN_VOICE,
+                    f"Unknown voice {name!r}. Available voices: {', '.join(self._names)}.",
+                )
+        total = sum(weight for _, weight in parts)
+        pack = np.sum([self._pack(name) * (weight / total) for name, weight in parts], axis=0, dtype=np.float32)
+        voice = Voice(spec=key, lang=parts[0][0][0], pack=pack)
+        with self._lock:
+            if len(self._blends) < 256:  # bounded: clients choose blend weights freely
+                self._blends[key] = voice
+        return voice
+
+    def _pack(self, name: str) -> np.ndarray:
+        with self._lock:
+            if name not in self._packs:
+                self._packs[name] = self._layout.load_voice(name)
+            return self._packs[name]
+
+
+def _parse_blend(spec: str) -> list[tuple[str, float]]:
+    parts: list[tuple[str, float]] = []
+    for item in spec.split(","):
+        name, sep, weight_text = item.partition(":")
+        weight = 1.0
+        if sep:
+            try:
+                weight = float(weight_text)
+            except ValueError:
+                weight = -1.0
+            if not weight > 0 or weight == float("inf"):
+                raise TTSError(
+                    ErrorCode.INVALID_VOICE,
+                    f"Voice weight {weight_text!r} in {spec!r} must be a positive number, "
+                    "as in 'af_heart:0.7,af_bella:0.3'.",
+                )
+        if not _NAME.match(name):
+            raise TTSError(
+                ErrorCode.INVALID_VOICE,
+                f"{name!r} is not a voice name; voices look like 'af_heart', blends like 'af_heart:0.7,af_bella:0.3'.",
+            )
+        parts.append((name, weight))
+    if len(parts) > MAX_BLEND_PARTS:
+        raise TTSError(ErrorCode.INVALID_VOICE, f"A blend may mix at most {MAX_BLEND_PARTS} voices.")
+    return parts

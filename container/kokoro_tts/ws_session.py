@@ -1,0 +1,232 @@
+"""WS /invocations-bidirectional-stream: one session, many utterances (protocol v1, docs/protocol.md).
+
+Two tasks per session: the receiver parses messages and queues utterances; the speaker synthesizes them
+strictly in order and streams each as binary audio frames framed by JSON control frames. A malformed message
+gets an error frame and the session carries on; only {"type":"close"} or the client leaving ends it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import logging
+from collections import deque
+from contextlib import aclosing
+from dataclasses import dataclass, field
+from typing import Any
+
+from starlette.websockets import WebSocket, WebSocketDisconnect
+
+from .audio import SAMPLE_RATE, AudioFormat, audio_format, make_encoder
+from .engine import SpeechRequest, TTSEngine
+from .errors import INTERNAL_ERROR_MESSAGE, ErrorCode, TTSError
+from .protocol import Cancel, Close, Config, Synthesize, is_set, parse_message
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class _Utterance:
+    id: str
+    request: SpeechRequest
+    format: AudioFormat
+    cancelled: bool = False
+
+
+@dataclass
+class _Defaults:
+    voice: object = None
+    speed: object = None
+    format: AudioFormat = field(default_factory=lambda: audio_format("pcm"))
+
+
+class BidiSession:
+    def __init__(self, websocket: WebSocket, engine: TTSEngine) -> None:
+        self._ws = websocket
+        self._engine = engine
+        self._settings = engine.settings
+        self._defaults = _Defaults()
+        self._queue: deque[_Utterance] = deque()
+        self._wakeup = asyncio.Event()
+        self._closing = False
+        self._in_flight: _Utterance | None = None
+        self._send_lock = asyncio.Lock()
+        self._ids = itertools.count(1)
+
+    async def run(self) -> None:
+        await self._ws.accept()
+        speaker = asyncio.create_task(self._speak())
+        try:
+            await self._receive()
+        except WebSocketDisconnect:
+            speaker.cancel()  # the client left: stop synthesis, drop what is queued
+        finally:
+            if not self._closing:
+                speaker.cancel()
+            await asyncio.gather(speaker, return_exceptions=True)
+
+    # --- receiving -------------------------------------------------------------------------------------------
+
+    async def _receive(self) -> None:
+        while not self._closing:
+            message = await self._ws.receive()
+            if message["type"] == "websocket.disconnect":
+                raise WebSocketDisconnect(message.get("code", 1000))
+            raw = message.get("bytes")
+            if raw is None:
+                raw = message.get("text") or ""
+            try:
+                await self._handle(parse_message(raw, self._settings.max_message_bytes))
+            except TTSError as error:
+                await self._send_error(error)
+            except Exception:
+                log.exception("unexpected failure handling a client message")
+                await self._send_error(TTSError(ErrorCode.INTERNAL_ERROR, INTERNAL_ERROR_MESSAGE))
+
+    async def _handle(self, command: Synthesize | Config | Cancel | Close) -> None:
+        match command:
+            case Synthesize():
+                utterance_id = command.id if command.id is not None else f"u{next(self._ids)}"
+                try:
+                    self._enqueue(utterance_id, command)
+                except TTSError as error:
+                    await self._send_error(error, utterance_id)
+            case Config():
+                self._configure(command)
+            case Cancel(id=target):
+                for dropped in self._cancel(target):
+                    await self._send_json({"type": "cancelled", "id": dropped})
+            case Close():
+                self._closing = True
+                self._wakeup.set()
+
+    def _enqueue(self, utterance_id: str, command: Synthesize) -> None:
+        if len(self._queue) >= self._settings.max_queued_utterances:
+            raise TTSError(
+                ErrorCode.QUEUE_FULL,
+                f"{len(self._queue)} utterances are already queued (the limit); "
+                "wait for a synthesis_complete before sending more.",
+            )
+        request = self._engine.request(
+            command.text,
+            command.voice if command.voice is not None else self._defaults.voice,
+            command.speed if command.speed is not None else self._defaults.speed,
+        )
+        self._queue.append(_Utterance(utterance_id, request, self._defaults.format))
+        self._wakeup.set()
+
+    def _configure(self, command: Config) -> None:
+        # Validate everything before changing anything: a bad config leaves the defaults as they were.
+        voice, speed, fmt = self._defaults.voice, self._defaults.speed, self._defaults.format
+        if is_set(command.voice):
+            voice = None if command.voice is None else self._engine.voices.resolve(command.voice).spec
+            if voice is not None:
+                self._engine.phonemizer.check_language(voice[0])
+        if is_set(command.speed):
+            speed = None if command.speed is None else self._engine.check_speed(command.speed)
+        if is_set(command.format):
+            fmt = audio_format(command.format)
+        self._defaults = _Defaults(voice, speed, fmt)
+
+    def _cancel(self, target: str | None) -> list[str]:
+        """Drops matching queued utterances (returned) and flags a matching one in flight."""
+        dropped = [u for u in self._queue if target is None or u.id == target]
+        for utterance in dropped:
+            self._queue.remove(utterance)
+        in_flight = self._in_flight
+        if in_flight is not None and (target is None or in_flight.id == target):
+            in_flight.cancelled = True  # the speaker stops it at its next chunk and reports it
+        return [u.id for u in dropped]
+
+    # --- speaking --------------------------------------------------------------------------------------------
+
+    async def _speak(self) -> None:
+        while True:
+            while not self._queue:
+                if self._closing:
+                    await self._close(1000)
+                    return
+                self._wakeup.clear()
+                await self._wakeup.wait()
+            utterance = self._queue.popleft()
+            self._in_flight = utterance
+            try:
+                await self._speak_one(utterance)
+            finally:
+                self._in_flight = None
+
+    async def _speak_one(self, utterance: _Utterance) -> None:
+        encoder = make_encoder(utterance.format)
+        sent_bytes, audio_ms, synth_ms, started = 0, 0.0, 0.0, False
+        async with aclosing(self._engine.stream(utterance.request)) as stream:
+            while not utterance.cancelled:
+                try:
+                    chunk = await anext(stream, None)
+                except TTSError as error:
+                    await self._send_error(error, utterance.id)
+                    return
+                except Exception:
+                    log.exception("synthesis failed for utterance %s", utterance.id)
+                    await self._send_error(TTSError(ErrorCode.INTERNAL_ERROR, INTERNAL_ERROR_MESSAGE), utterance.id)
+                    return
+                if chunk is None or utterance.cancelled:
+                    break
+                if not started:
+                    await self._send_json(
+                        {
+                            "type": "synthesis_start",
+                            "id": utterance.id,
+                            "format": utterance.format.name,
+                            "sample_rate": SAMPLE_RATE,
+                        }
+                    )
+                    started = True
+                data = encoder.encode(chunk.pcm)
+                if data:
+                    await self._send_bytes(data)
+                sent_bytes += len(data)
+                audio_ms += chunk.audio_ms
+                synth_ms += chunk.synth_ms
+        if utterance.cancelled:
+            await self._send_json({"type": "cancelled", "id": utterance.id})
+            return
+        if not started:
+            await self._send_error(
+                TTSError(ErrorCode.NOTHING_TO_SPEAK, "The text has nothing that can be spoken in this voice."),
+                utterance.id,
+            )
+            return
+        tail = encoder.finish()
+        if tail:
+            await self._send_bytes(tail)
+            sent_bytes += len(tail)
+        await self._send_json(
+            {
+                "type": "synthesis_complete",
+                "id": utterance.id,
+                "audio_ms": round(audio_ms, 1),
+                "synth_ms": round(synth_ms, 1),
+                "bytes": sent_bytes,
+            }
+        )
+
+    # --- sending ---------------------------------------------------------------------------------------------
+
+    async def _send_error(self, error: TTSError, utterance_id: str | None = None) -> None:
+        frame: dict[str, Any] = {"type": "error", **error.to_dict()}
+        if utterance_id is not None:
+            frame["id"] = utterance_id
+        await self._send_json(frame)
+
+    async def _send_json(self, frame: dict[str, Any]) -> None:
+        async with self._send_lock:
+            await self._ws.send_text(json.dumps(frame, ensure_ascii=False))
+
+    async def _send_bytes(self, data: bytes) -> None:
+        async with self._send_lock:
+            await self._ws.send_bytes(data)
+
+    async def _close(self, code: int) -> None:
+        async with self._send_lock:
+            await self._ws.close(code)

@@ -1,0 +1,92 @@
+"""Shared fixtures: the weight layout, and one real Hypercorn server with the real model for the whole run."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+from hypercorn.asyncio import serve
+from starlette.applications import Starlette
+
+from kokoro_tts.app import create_app
+from kokoro_tts.engine import TTSEngine
+from kokoro_tts.serve import hypercorn_config
+from kokoro_tts.settings import Settings
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_ready(base_url: str, timeout: float = 180.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"{base_url}/ping", timeout=2).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.2)
+    raise TimeoutError(f"{base_url}/ping did not answer 200 within {timeout} s")
+
+
+@pytest.fixture(scope="session")
+def model_dir() -> Path:
+    """The weight layout (what SageMaker mounts at /opt/ml/model), fetched by `make weights` if missing."""
+    path = Path(os.environ.get("KOKORO_MODEL_DIR", REPO / "models" / "kokoro"))
+    if not (path / "manifest.json").is_file():
+        subprocess.run([sys.executable, "-m", "kokoro_tts.weights", "fetch", "--dest", str(path)], check=True)
+    return path
+
+
+@dataclass
+class RunningServer:
+    app: Starlette
+    port: int
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def ws_url(self) -> str:
+        return f"ws://127.0.0.1:{self.port}/invocations-bidirectional-stream"
+
+    @property
+    def engine(self) -> TTSEngine:
+        engine: TTSEngine = self.app.state.engine
+        return engine
+
+
+@pytest.fixture(scope="session")
+def server(model_dir: Path) -> Iterator[RunningServer]:
+    """Real Hypercorn serving the real app and model, in a thread of this process so tests can look inside."""
+    app = create_app(Settings(model_dir=model_dir))
+    port = free_port()
+    stop = threading.Event()
+
+    async def run() -> None:
+        loop = asyncio.get_running_loop()
+        await serve(app, hypercorn_config("127.0.0.1", port), shutdown_trigger=lambda: loop.run_in_executor(None, stop.wait))  # type: ignore[arg-type]
+
+    thread = threading.Thread(target=asyncio.run, args=(run(),), name="hypercorn", daemon=True)
+    thread.start()
+    running = RunningServer(app, port)
+    wait_ready(running.base_url)
+    yield running
+    stop.set()
+    thread.join(timeout=30)

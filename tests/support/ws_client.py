@@ -1,0 +1,75 @@
+"""A small test client for the session protocol: collects each utterance's frames in arrival order."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from websockets.asyncio.client import ClientConnection
+
+
+@dataclass
+class Utterance:
+    id: str
+    start: dict[str, Any] | None = None
+    complete: dict[str, Any] | None = None
+    audio: bytearray = field(default_factory=bytearray)
+
+    def pcm(self) -> np.ndarray:
+        return np.frombuffer(bytes(self.audio), dtype="<i2")
+
+
+@dataclass
+class Transcript:
+    """Every frame received, in order: ("audio", bytes) or ("json", dict)."""
+
+    frames: list[tuple[str, Any]] = field(default_factory=list)
+
+    def json_frames(self, kind: str | None = None) -> list[dict[str, Any]]:
+        return [f for k, f in self.frames if k == "json" and (kind is None or f["type"] == kind)]
+
+    def utterances(self) -> dict[str, Utterance]:
+        """Audio is attributed to the utterance whose synthesis_start came last."""
+        result: dict[str, Utterance] = {}
+        current: Utterance | None = None
+        for kind, frame in self.frames:
+            if kind == "audio":
+                assert current is not None, "audio arrived outside an utterance"
+                current.audio += frame
+            elif frame["type"] == "synthesis_start":
+                current = result.setdefault(frame["id"], Utterance(frame["id"]))
+                current.start = frame
+            elif frame["type"] == "synthesis_complete":
+                result[frame["id"]].complete = frame
+                current = None
+        return result
+
+
+async def receive_until(ws: ClientConnection, transcript: Transcript, done: Any, timeout: float = 120.0) -> None:
+    """Receive frames into ``transcript`` until ``done(frame)`` is true for a JSON frame."""
+    import asyncio
+
+    async with asyncio.timeout(timeout):
+        while True:
+            message = await ws.recv()
+            if isinstance(message, bytes):
+                transcript.frames.append(("audio", message))
+                continue
+            frame = json.loads(message)
+            transcript.frames.append(("json", frame))
+            if done(frame):
+                return
+
+
+def completes(n: int) -> Any:
+    """A ``done`` predicate: true once ``n`` utterances have ended (complete, cancelled or error with id)."""
+    seen: set[str] = set()
+
+    def done(frame: dict[str, Any]) -> bool:
+        if frame["type"] in ("synthesis_complete", "cancelled") or (frame["type"] == "error" and "id" in frame):
+            seen.add(frame["id"])
+        return len(seen) >= n
+
+    return done
