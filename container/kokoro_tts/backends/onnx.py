@@ -25,12 +25,16 @@ class OnnxBackend:
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         self._session = ort.InferenceSession(str(model_path), options, providers=providers)
         self.device = "cuda" if want_cuda else "cpu"
+        # Exports differ in naming (the PyPI mirror: tokens → audio; onnx-community: input_ids → waveform).
+        inputs = {i.name for i in self._session.get_inputs()}
+        self._tokens_input = "input_ids" if "input_ids" in inputs else "tokens"
+        self._audio_output = self._session.get_outputs()[0].name
 
     def synthesize(self, tokens: list[int], style: np.ndarray, speed: float) -> np.ndarray:
         feeds = {
-            "tokens": np.array([[0, *tokens, 0]], dtype=np.int64),
+            self._tokens_input: np.array([[0, *tokens, 0]], dtype=np.int64),
             "style": np.asarray(style, dtype=np.float32).reshape(1, -1),
             "speed": np.array([speed], dtype=np.float32),
         }
-        (audio,) = self._session.run(["audio"], feeds)
+        (audio,) = self._session.run([self._audio_output], feeds)
         return np.asarray(audio, dtype=np.float32).reshape(-1)
