@@ -47,9 +47,11 @@ test: install ## lint, type-check and run the test suite
 lint: $(VENV)/.installed ## ruff and mypy only
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check . && $(VENV)/bin/mypy
 
-lock: | $(UV) ## re-pin requirements.lock (exact versions with hashes, no download addresses)
-	$(UV) pip compile pyproject.toml --extra server --extra agent --extra mirror --extra dev --generate-hashes \
-	  --python "$(PYTHON312)" --quiet -o requirements.lock
+LOCK := $(UV) pip compile pyproject.toml --generate-hashes --quiet --python "$(PYTHON312)"
+lock: | $(UV) ## re-pin every lock (exact versions with hashes, no download addresses)
+	$(LOCK) --extra server --extra agent --extra mirror --extra dev -o requirements.lock
+	$(LOCK) --extra server --python-platform x86_64-manylinux_2_28 -o container/requirements-onnx.lock
+	$(LOCK) --extra server --extra gpu --python-platform x86_64-manylinux_2_28 -o container/requirements-torch.lock
 
 clean: ## remove the environment (weights in MODEL_DIR are kept)
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -16,12 +16,11 @@ from pathlib import Path
 import httpx
 import pytest
 from hypercorn.asyncio import serve
-from starlette.applications import Starlette
-
 from kokoro_tts.app import create_app
 from kokoro_tts.engine import TTSEngine
 from kokoro_tts.serve import hypercorn_config
 from kokoro_tts.settings import Settings
+from starlette.applications import Starlette
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -81,7 +80,9 @@ def server(model_dir: Path) -> Iterator[RunningServer]:
 
     async def run() -> None:
         loop = asyncio.get_running_loop()
-        await serve(app, hypercorn_config("127.0.0.1", port), shutdown_trigger=lambda: loop.run_in_executor(None, stop.wait))  # type: ignore[arg-type]
+        await serve(
+            app, hypercorn_config("127.0.0.1", port), shutdown_trigger=lambda: loop.run_in_executor(None, stop.wait)
+        )  # type: ignore[arg-type]
 
     thread = threading.Thread(target=asyncio.run, args=(run(),), name="hypercorn", daemon=True)
     thread.start()

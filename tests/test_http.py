@@ -11,7 +11,6 @@ import av
 import httpx
 import numpy as np
 import pytest
-
 from support.speech import transcribe, word_errors
 
 FOUR_SENTENCES = (
@@ -57,7 +56,7 @@ async def test_http2_streams_the_first_audio_well_before_the_end(server: Any) ->
 def test_text_plain_body_over_http1(server: Any) -> None:
     response = httpx.post(
         f"{server.base_url}/invocations",
-        content="Please call me back this afternoon.".encode(),
+        content=b"Please call me back this afternoon.",
         headers={"content-type": "text/plain"},
         timeout=60,
     )
@@ -102,7 +101,12 @@ def test_openai_compatible_speech_route(server: Any) -> None:
 @pytest.mark.parametrize(
     ("path", "kwargs", "status", "code"),
     [
-        ("/invocations", {"content": b'{"text": "hi"', "headers": {"content-type": "application/json"}}, 400, "invalid_json"),
+        (
+            "/invocations",
+            {"content": b'{"text": "hi"', "headers": {"content-type": "application/json"}},
+            400,
+            "invalid_json",
+        ),
         ("/invocations", {"json": {"voice": "af_heart"}}, 400, "missing_text"),
         ("/invocations", {"json": {"text": ""}}, 400, "empty_text"),
         ("/invocations", {"json": {"text": "hi", "format": "flac"}}, 400, "unsupported_format"),
@@ -112,7 +116,12 @@ def test_openai_compatible_speech_route(server: Any) -> None:
         ("/invocations", {"json": ["text"]}, 400, "invalid_message"),
         ("/invocations", {"content": b"\xff\xfe", "headers": {"content-type": "text/plain"}}, 400, "invalid_utf8"),
         ("/invocations", {"content": b"x", "headers": {"content-type": "image/png"}}, 415, "unsupported_media_type"),
-        ("/invocations", {"content": b"x" * 70_000, "headers": {"content-type": "text/plain"}}, 413, "message_too_large"),
+        (
+            "/invocations",
+            {"content": b"x" * 70_000, "headers": {"content-type": "text/plain"}},
+            413,
+            "message_too_large",
+        ),
         ("/invocations", {"json": {"text": "🎉🎉"}}, 400, "nothing_to_speak"),
         ("/v1/audio/speech", {"json": {"model": "tts-1", "voice": "alloy"}}, 400, "missing_text"),
         ("/v1/audio/speech", {"json": {"input": "hi", "response_format": "flac"}}, 400, "unsupported_format"),

@@ -6,9 +6,8 @@ import json
 from typing import Any
 
 import pytest
-from websockets.asyncio.client import connect
-
 from support.ws_client import Transcript, receive_until
+from websockets.asyncio.client import connect
 
 BAD_MESSAGES: list[tuple[str, str | bytes, str]] = [
     ("binary not utf-8", b"\xff\xfe\x00hello", "invalid_utf8"),
@@ -49,7 +48,9 @@ BAD_MESSAGES: list[tuple[str, str | bytes, str]] = [
 
 
 @pytest.mark.parametrize(("message", "code"), [(m, c) for _, m, c in BAD_MESSAGES], ids=[n for n, _, _ in BAD_MESSAGES])
-async def test_bad_message_gets_an_error_frame_and_the_session_goes_on(server: Any, message: str | bytes, code: str) -> None:
+async def test_bad_message_gets_an_error_frame_and_the_session_goes_on(
+    server: Any, message: str | bytes, code: str
+) -> None:
     async with connect(server.ws_url, max_size=None) as ws:
         await ws.send(message)
         error = json.loads(await ws.recv())

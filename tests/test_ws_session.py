@@ -7,11 +7,10 @@ import json
 from typing import Any
 
 import pytest
-from websockets.asyncio.client import connect
-from websockets.exceptions import ConnectionClosed
-
 from support.speech import rms, transcribe, word_errors
 from support.ws_client import Transcript, completes, receive_until
+from websockets.asyncio.client import connect
+from websockets.exceptions import ConnectionClosed
 
 SENTENCES = [
     "The weather is nice today.",

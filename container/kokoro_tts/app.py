@@ -19,7 +19,9 @@ from .ws_session import BidiSession
 log = logging.getLogger(__name__)
 
 
-def create_app(settings: Settings | None = None, load_engine: Callable[[Settings], TTSEngine] = TTSEngine.load) -> Starlette:
+def create_app(
+    settings: Settings | None = None, load_engine: Callable[[Settings], TTSEngine] = TTSEngine.load
+) -> Starlette:
     settings = settings or Settings()
 
     async def bidirectional_stream(websocket: WebSocket) -> None:

@@ -97,7 +97,9 @@ class ContainerEncoder:
         self._container = av.open(
             self._sink, mode="w", format=fmt.container, options={"flush_packets": "1", **fmt.options}
         )
-        self._stream = self._container.add_stream(fmt.codec, rate=SAMPLE_RATE, layout="mono")
+        stream = self._container.add_stream(fmt.codec, rate=SAMPLE_RATE, layout="mono")
+        assert isinstance(stream, av.AudioStream)
+        self._stream = stream
         self._pts = 0
 
     def encode(self, pcm: np.ndarray) -> bytes:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 
 import numpy as np
@@ -107,25 +107,24 @@ class TTSEngine:
             raise TTSError(ErrorCode.INVALID_SPEED, f"'speed' must be a number from {lo} to {hi}, not {speed!r}.")
         return float(speed)
 
-    async def stream(self, request: SpeechRequest) -> AsyncIterator[AudioChunk]:
+    async def stream(self, request: SpeechRequest) -> AsyncGenerator[AudioChunk]:
         """Audio chunk by chunk; a chunk with nothing speakable (emoji only, say) is skipped."""
         loop = asyncio.get_running_loop()
         chunks = split_utterance(request.text)
+
+        def schedule(index: int, due: float) -> asyncio.Task[AudioChunk] | None:
+            if index >= len(chunks):
+                return None
+            return asyncio.create_task(self._chunk_job(index, chunks[index], request, due))
+
         deadline = loop.time()
-        pending: asyncio.Task[AudioChunk] | None = None
-
-        def schedule(index: int, at: float) -> asyncio.Task[AudioChunk]:
-            return asyncio.create_task(self._chunk_job(index, chunks[index], request, at))
-
+        pending = schedule(0, deadline)
         try:
-            pending = schedule(0, deadline)
-            for index in range(len(chunks)):
+            while pending is not None:
                 chunk = await pending
-                pending = None
                 # Due when the audio sent so far has played: new first chunks elsewhere go ahead of this one.
                 deadline = max(deadline, loop.time()) + chunk.audio_ms / 1000.0
-                if index + 1 < len(chunks):
-                    pending = schedule(index + 1, deadline)
+                pending = schedule(chunk.index + 1, deadline)
                 if chunk.pcm.size:
                     yield chunk
         finally:

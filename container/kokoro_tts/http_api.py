@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing
 from typing import Any
 
@@ -134,9 +134,9 @@ async def _stream(engine: TTSEngine, speech: SpeechRequest, fmt: AudioFormat) ->
     return StreamingResponse(_encoded(first, chunks, fmt), media_type=fmt.media_type, headers=headers)
 
 
-async def _encoded(first: AudioChunk, rest: AsyncIterator[AudioChunk], fmt: AudioFormat) -> AsyncIterator[bytes]:
+async def _encoded(first: AudioChunk, rest: AsyncGenerator[AudioChunk], fmt: AudioFormat) -> AsyncIterator[bytes]:
     encoder = make_encoder(fmt)
-    async with aclosing(rest):  # type: ignore[type-var]
+    async with aclosing(rest):
         if data := encoder.encode(first.pcm):
             yield data
         async for chunk in rest:

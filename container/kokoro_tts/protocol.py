@@ -76,7 +76,9 @@ def _json_object(raw: str) -> dict[str, Any]:
     except ValueError as exc:
         reason = exc.msg if isinstance(exc, json.JSONDecodeError) else "invalid JSON"
         where = f" at line {exc.lineno} column {exc.colno}" if isinstance(exc, json.JSONDecodeError) else ""
-        raise TTSError(ErrorCode.INVALID_JSON, f"The message starts with '{{' but is not valid JSON: {reason}{where}.") from None
+        raise TTSError(
+            ErrorCode.INVALID_JSON, f"The message starts with '{{' but is not valid JSON: {reason}{where}."
+        ) from None
     if not isinstance(value, dict):
         raise TTSError(ErrorCode.INVALID_MESSAGE, "A JSON message must be an object.")
     return value

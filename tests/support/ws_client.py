@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from dataclasses import dataclass, field
 from typing import Any
@@ -47,11 +48,10 @@ class Transcript:
         return result
 
 
-async def receive_until(ws: ClientConnection, transcript: Transcript, done: Any, timeout: float = 120.0) -> None:
+async def receive_until(ws: ClientConnection, transcript: Transcript, done: Any, limit_s: float = 120.0) -> None:
     """Receive frames into ``transcript`` until ``done(frame)`` is true for a JSON frame."""
-    import asyncio
 
-    async with asyncio.timeout(timeout):
+    async with asyncio.timeout(limit_s):
         while True:
             message = await ws.recv()
             if isinstance(message, bytes):
