@@ -166,3 +166,29 @@ class _CountingBackend:
             engine.backend = cls(engine.backend)
         backend: _CountingBackend = engine.backend
         return backend
+
+
+async def test_a_new_utterance_is_not_stuck_behind_other_sessions_long_replies(server: Any) -> None:
+    long_text = " ".join(f"Sentence {n} of a reply that goes on for quite a while." for n in range(1, 13))
+    async with connect(server.ws_url) as long_a, connect(server.ws_url) as long_b, connect(server.ws_url) as short:
+        for ws in (long_a, long_b):
+            await ws.send(json.dumps({"text": long_text}))
+        for ws in (long_a, long_b):
+            assert json.loads(await ws.recv())["type"] == "synthesis_start"
+        frames_after = {"a": 0, "b": 0}
+
+        async def count(name: str, ws: Any) -> None:
+            while True:
+                if isinstance(await ws.recv(), bytes):
+                    frames_after[name] += 1
+
+        counters = [asyncio.create_task(count("a", long_a)), asyncio.create_task(count("b", long_b))]
+        await short.send(json.dumps({"text": "Quick question.", "id": "q"}))
+        transcript = Transcript()
+        await receive_until(short, transcript, lambda f: f["type"] == "synthesis_complete")
+        for task in counters:
+            task.cancel()
+        await asyncio.gather(*counters, return_exceptions=True)
+    # One chunk per PCM frame: the short utterance waited for at most the chunks already running or queued,
+    # not for the twenty-odd chunks the two long replies still had to go.
+    assert sum(frames_after.values()) <= 3, frames_after
