@@ -14,9 +14,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-from websockets.asyncio.client import connect
-
 from conftest import free_port
+from websockets.asyncio.client import connect
 
 LONG_REPLY = " ".join(f"This is sentence number {n} of a long reply that keeps every core busy." for n in range(1, 9))
 
