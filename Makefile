@@ -47,7 +47,7 @@ test: install ## lint, type-check and run the test suite
 lint: $(VENV)/.installed ## ruff and mypy only
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check . && $(VENV)/bin/mypy
 
-LOCK := $(UV) pip compile pyproject.toml --generate-hashes --quiet --python "$(PYTHON312)"
+LOCK := $(UV) pip compile pyproject.toml --generate-hashes --quiet --python-version 3.12 --custom-compile-command "make lock"
 lock: | $(UV) ## re-pin every lock (exact versions with hashes, no download addresses)
 	$(LOCK) --extra server --extra agent --extra mirror --extra dev -o requirements.lock
 	$(LOCK) --extra server --python-platform x86_64-manylinux_2_28 -o container/requirements-onnx.lock
