@@ -1,0 +1,62 @@
+# Everything that costs money while it runs: destroying this root leaves the images and the weights.
+
+data "aws_partition" "current" {}
+
+locals {
+  endpoint_name      = var.name
+  agent_runtime_name = "${var.name}_agent"
+
+  # <account>.dkr.ecr.<region>.amazonaws.com/<repository>@sha256:... -> the repository ARN the roles pull from.
+  ecr_image_pattern    = "^(\\d{12})\\.dkr\\.ecr\\.([a-z0-9-]+)\\.amazonaws\\.com(?:\\.cn)?/([^@:]+)@sha256:[0-9a-f]{64}$"
+  tts_image_parts      = regex(local.ecr_image_pattern, var.tts_image_uri)
+  agent_image_parts    = regex(local.ecr_image_pattern, var.agent_image_uri)
+  tts_repository_arn   = "arn:${data.aws_partition.current.partition}:ecr:${local.tts_image_parts[1]}:${local.tts_image_parts[0]}:repository/${local.tts_image_parts[2]}"
+  agent_repository_arn = "arn:${data.aws_partition.current.partition}:ecr:${local.agent_image_parts[1]}:${local.agent_image_parts[0]}:repository/${local.agent_image_parts[2]}"
+
+  weights_bucket_arn = "arn:${data.aws_partition.current.partition}:s3:::${var.weights_bucket_name}"
+  weights_s3_uri     = "s3://${var.weights_bucket_name}/${var.weights_prefix}"
+}
+
+module "iam" {
+  source = "../modules/iam"
+
+  name                 = var.name
+  endpoint_name        = local.endpoint_name
+  endpoint_arn         = module.sagemaker_endpoint.endpoint_arn
+  weights_bucket_arn   = local.weights_bucket_arn
+  weights_prefix       = var.weights_prefix
+  weights_kms_key_arn  = var.weights_kms_key_arn
+  tts_repository_arn   = local.tts_repository_arn
+  agent_repository_arn = local.agent_repository_arn
+  agent_runtime_name   = module.agentcore_runtime.runtime_name
+  bedrock_model_id     = var.bedrock_model_id
+}
+
+module "sagemaker_endpoint" {
+  source = "../modules/sagemaker_endpoint"
+
+  name                            = local.endpoint_name
+  execution_role_arn              = module.iam.sagemaker_role_arn
+  image_uri                       = var.tts_image_uri
+  model_data_s3_uri               = local.weights_s3_uri
+  environment                     = var.tts_environment
+  instance_type                   = var.instance_type
+  initial_instance_count          = var.initial_instance_count
+  min_instance_count              = var.min_instance_count
+  max_instance_count              = var.max_instance_count
+  enable_autoscaling              = var.enable_autoscaling
+  target_invocations_per_instance = var.target_invocations_per_instance
+}
+
+module "agentcore_runtime" {
+  source = "../modules/agentcore_runtime"
+
+  name                   = local.agent_runtime_name
+  image_uri              = var.agent_image_uri
+  role_arn               = module.iam.agent_runtime_role_arn
+  tts_endpoint_name      = module.sagemaker_endpoint.endpoint_name
+  bedrock_model_id       = var.bedrock_model_id
+  region                 = var.region
+  environment            = var.agent_environment
+  enable_runtime_outputs = var.enable_runtime_outputs
+}

@@ -1,0 +1,267 @@
+# Plans and applies the deployment root against a mocked AWS provider: no credentials, no network.
+
+mock_provider "aws" {
+  mock_data "aws_caller_identity" {
+    defaults = { account_id = "123456789012" }
+  }
+  mock_data "aws_partition" {
+    defaults = { partition = "aws" }
+  }
+  mock_data "aws_region" {
+    defaults = { name = "us-east-1" }
+  }
+  mock_resource "aws_sagemaker_endpoint" {
+    defaults = { arn = "arn:aws:sagemaker:us-east-1:123456789012:endpoint/kokoro-tts" }
+  }
+  mock_resource "aws_cloudformation_stack" {
+    defaults = {
+      outputs = {
+        AgentRuntimeArn = "arn:aws:bedrock-agentcore:us-east-1:123456789012:runtime/kokoro_tts_agent-abcdef1234"
+        AgentRuntimeId  = "kokoro_tts_agent-abcdef1234"
+      }
+    }
+  }
+}
+
+override_resource {
+  target = module.iam.aws_iam_role.agent_runtime
+  values = { arn = "arn:aws:iam::123456789012:role/kokoro-tts-agentcore" }
+}
+
+override_resource {
+  target = module.iam.aws_iam_role.sagemaker
+  values = { arn = "arn:aws:iam::123456789012:role/kokoro-tts-sagemaker" }
+}
+
+variables {
+  tts_image_uri       = "123456789012.dkr.ecr.us-east-1.amazonaws.com/kokoro-tts/tts@sha256:1111111111111111111111111111111111111111111111111111111111111111"
+  agent_image_uri     = "123456789012.dkr.ecr.us-east-1.amazonaws.com/kokoro-tts/agent@sha256:2222222222222222222222222222222222222222222222222222222222222222"
+  weights_bucket_name = "kokoro-weights-test"
+  weights_prefix      = "kokoro-82m/v1.0/"
+  weights_kms_key_arn = "arn:aws:kms:us-east-1:123456789012:key/00000000-0000-0000-0000-000000000000"
+  bedrock_model_id    = "us.anthropic.claude-3-5-haiku-20241022-v1:0"
+}
+
+run "plan_endpoint" {
+  command = plan
+
+  assert {
+    condition     = module.sagemaker_endpoint.image_uri == var.tts_image_uri
+    error_message = "The model must run the TTS image pinned by digest."
+  }
+
+  assert {
+    condition     = module.sagemaker_endpoint.instance_type == "ml.g5.xlarge"
+    error_message = "The default instance type is ml.g5.xlarge."
+  }
+
+  assert {
+    condition = module.sagemaker_endpoint.model_data_source == {
+      s3_uri           = "s3://kokoro-weights-test/kokoro-82m/v1.0/"
+      s3_data_type     = "S3Prefix"
+      compression_type = "None"
+    }
+    error_message = "The weights come uncompressed from the versioned S3 prefix."
+  }
+}
+
+run "apply_roles_and_runtime" {
+  assert {
+    condition     = output.endpoint_arn == "arn:aws:sagemaker:us-east-1:123456789012:endpoint/kokoro-tts"
+    error_message = "endpoint_arn must come from the endpoint."
+  }
+
+  # The agent may call this endpoint, with the three invoke actions, and nothing else in SageMaker.
+  assert {
+    condition = [
+      for s in jsondecode(module.iam.agent_runtime_role_policy).Statement : { actions = s.Action, resource = s.Resource }
+      if length([for a in flatten([s.Action]) : a if startswith(a, "sagemaker:")]) > 0
+      ] == [{
+        actions = [
+          "sagemaker:InvokeEndpoint",
+          "sagemaker:InvokeEndpointWithBidirectionalStream",
+          "sagemaker:InvokeEndpointWithResponseStream",
+        ]
+        resource = "arn:aws:sagemaker:us-east-1:123456789012:endpoint/kokoro-tts"
+    }]
+    error_message = "The agent role must allow exactly the three SageMaker invoke actions on exactly this endpoint."
+  }
+
+  assert {
+    condition = alltrue(flatten([
+      for doc in [module.iam.agent_runtime_role_policy, module.iam.sagemaker_role_policy] : [
+        for s in jsondecode(doc).Statement : [for a in flatten([s.Action]) : !strcontains(a, "*")]
+      ]
+    ]))
+    error_message = "No statement may use a wildcard action."
+  }
+
+  # Only actions without resource-level permissions may use Resource "*".
+  assert {
+    condition = sort(flatten([
+      for doc in [module.iam.agent_runtime_role_policy, module.iam.sagemaker_role_policy] : [
+        for s in jsondecode(doc).Statement : flatten([s.Action]) if contains(flatten([s.Resource]), "*")
+      ]
+      ])) == sort([
+      "cloudwatch:PutMetricData",
+      "ecr:GetAuthorizationToken",
+      "ecr:GetAuthorizationToken",
+      "xray:PutTelemetryRecords",
+      "xray:PutTraceSegments",
+    ])
+    error_message = "Resource \"*\" is only for ecr:GetAuthorizationToken, X-Ray and PutMetricData."
+  }
+
+  assert {
+    condition = [
+      for s in jsondecode(module.iam.agent_runtime_role_policy).Statement : s.Condition.StringEquals["cloudwatch:namespace"]
+      if contains(flatten([s.Action]), "cloudwatch:PutMetricData")
+    ] == ["bedrock-agentcore"]
+    error_message = "PutMetricData must be limited to the agent's namespace."
+  }
+
+  assert {
+    condition = [
+      for s in jsondecode(module.iam.agent_runtime_role_policy).Statement : s.Resource
+      if contains(flatten([s.Action]), "bedrock:InvokeModel")
+      ] == [[
+        "arn:aws:bedrock:*::foundation-model/anthropic.claude-3-5-haiku-20241022-v1:0",
+        "arn:aws:bedrock:us-east-1:123456789012:inference-profile/us.anthropic.claude-3-5-haiku-20241022-v1:0",
+    ]]
+    error_message = "Bedrock access must be limited to the chosen model's foundation-model and inference-profile ARNs."
+  }
+
+  assert {
+    condition = [
+      for s in jsondecode(module.iam.sagemaker_role_policy).Statement : s.Resource
+      if contains(flatten([s.Action]), "s3:GetObject")
+    ] == ["arn:aws:s3:::kokoro-weights-test/kokoro-82m/v1.0/*"]
+    error_message = "The endpoint may read only its weight prefix."
+  }
+
+  assert {
+    condition = [
+      for s in jsondecode(module.iam.sagemaker_role_policy).Statement : s.Condition.StringLike["s3:prefix"]
+      if contains(flatten([s.Action]), "s3:ListBucket")
+    ] == [["kokoro-82m/v1.0/", "kokoro-82m/v1.0/*"]]
+    error_message = "ListBucket must be limited to the weight prefix."
+  }
+
+  assert {
+    condition = [
+      for s in jsondecode(module.iam.sagemaker_role_policy).Statement : s.Resource
+      if contains(flatten([s.Action]), "ecr:BatchGetImage")
+    ] == ["arn:aws:ecr:us-east-1:123456789012:repository/kokoro-tts/tts"]
+    error_message = "The endpoint may pull only from the TTS repository."
+  }
+
+  assert {
+    condition     = module.agentcore_runtime.container_uri == var.agent_image_uri
+    error_message = "The runtime must run the agent image pinned by digest."
+  }
+
+  assert {
+    condition     = module.agentcore_runtime.role_arn == "arn:aws:iam::123456789012:role/kokoro-tts-agentcore"
+    error_message = "The runtime must run as the AgentCore role."
+  }
+
+  assert {
+    condition = module.agentcore_runtime.environment_variables == {
+      TTS_ENDPOINT_NAME = "kokoro-tts"
+      AWS_REGION        = "us-east-1"
+      BEDROCK_MODEL_ID  = "us.anthropic.claude-3-5-haiku-20241022-v1:0"
+    }
+    error_message = "The runtime needs the endpoint name, the region and the model id."
+  }
+
+  assert {
+    condition     = output.agent_runtime_name == "kokoro_tts_agent"
+    error_message = "The runtime name must be sanitized to letters, digits and underscores."
+  }
+
+  assert {
+    condition     = output.agent_runtime_arn == "arn:aws:bedrock-agentcore:us-east-1:123456789012:runtime/kokoro_tts_agent-abcdef1234"
+    error_message = "agent_runtime_arn must come from the stack outputs."
+  }
+
+  assert {
+    condition     = module.sagemaker_endpoint.autoscaling_resource_id == "endpoint/kokoro-tts/variant/AllTraffic"
+    error_message = "Autoscaling must target the endpoint's variant."
+  }
+}
+
+# What the moto run uses: a CPU instance type moto accepts, no autoscaling, no stack outputs.
+run "emulator_settings" {
+  variables {
+    instance_type          = "ml.m5.large"
+    enable_autoscaling     = false
+    enable_runtime_outputs = false
+  }
+
+  assert {
+    condition     = module.sagemaker_endpoint.instance_type == "ml.m5.large"
+    error_message = "instance_type must reach the endpoint configuration."
+  }
+
+  assert {
+    condition     = module.sagemaker_endpoint.autoscaling_resource_id == null
+    error_message = "enable_autoscaling = false must leave the variant unregistered."
+  }
+
+  assert {
+    condition     = output.agent_runtime_arn == null
+    error_message = "Without runtime outputs the ARN is null."
+  }
+}
+
+run "rejects_min_above_max" {
+  command = plan
+
+  variables {
+    min_instance_count     = 3
+    max_instance_count     = 2
+    initial_instance_count = 2
+  }
+
+  expect_failures = [var.max_instance_count]
+}
+
+run "rejects_a_non_sagemaker_instance_type" {
+  command = plan
+
+  variables {
+    instance_type = "g5.xlarge"
+  }
+
+  expect_failures = [var.instance_type]
+}
+
+run "rejects_an_empty_model_id" {
+  command = plan
+
+  variables {
+    bedrock_model_id = " "
+  }
+
+  expect_failures = [var.bedrock_model_id]
+}
+
+run "rejects_an_image_by_tag" {
+  command = plan
+
+  variables {
+    tts_image_uri = "123456789012.dkr.ecr.us-east-1.amazonaws.com/kokoro-tts/tts:latest"
+  }
+
+  expect_failures = [var.tts_image_uri]
+}
+
+run "rejects_an_image_from_another_region" {
+  command = plan
+
+  variables {
+    agent_image_uri = "123456789012.dkr.ecr.eu-west-1.amazonaws.com/kokoro-tts/agent@sha256:2222222222222222222222222222222222222222222222222222222222222222"
+  }
+
+  expect_failures = [var.agent_image_uri]
+}

@@ -1,0 +1,168 @@
+# Module-level checks of what the root's outputs do not show: the autoscaling policy and the
+# CloudFormation template of the runtime.
+
+mock_provider "aws" {
+  mock_data "aws_region" {
+    defaults = { name = "us-east-1" }
+  }
+  mock_data "aws_caller_identity" {
+    defaults = { account_id = "123456789012" }
+  }
+  mock_data "aws_partition" {
+    defaults = { partition = "aws" }
+  }
+  mock_resource "aws_cloudformation_stack" {
+    defaults = {
+      outputs = {
+        AgentRuntimeArn = "arn:aws:bedrock-agentcore:us-east-1:123456789012:runtime/kokoro_tts_agent-abcdef1234"
+        AgentRuntimeId  = "kokoro_tts_agent-abcdef1234"
+      }
+    }
+  }
+}
+
+run "endpoint_scales_on_invocations_per_instance" {
+  module {
+    source = "../modules/sagemaker_endpoint"
+  }
+
+  variables {
+    name                   = "kokoro-tts"
+    execution_role_arn     = "arn:aws:iam::123456789012:role/kokoro-tts-sagemaker"
+    image_uri              = "123456789012.dkr.ecr.us-east-1.amazonaws.com/kokoro-tts/tts@sha256:1111111111111111111111111111111111111111111111111111111111111111"
+    model_data_s3_uri      = "s3://kokoro-weights-test/kokoro-82m/v1.0/"
+    min_instance_count     = 1
+    max_instance_count     = 4
+    initial_instance_count = 2
+  }
+
+  assert {
+    condition     = aws_appautoscaling_target.this[0].min_capacity == 1 && aws_appautoscaling_target.this[0].max_capacity == 4
+    error_message = "The scalable target must use the min and max instance counts."
+  }
+
+  assert {
+    condition     = aws_appautoscaling_target.this[0].scalable_dimension == "sagemaker:variant:DesiredInstanceCount"
+    error_message = "Autoscaling must scale the variant's instance count."
+  }
+
+  assert {
+    condition     = aws_appautoscaling_policy.this[0].target_tracking_scaling_policy_configuration[0].predefined_metric_specification[0].predefined_metric_type == "SageMakerVariantInvocationsPerInstance"
+    error_message = "Target tracking must follow invocations per instance."
+  }
+
+  assert {
+    condition     = aws_sagemaker_endpoint_configuration.this.production_variants[0].initial_instance_count == 2
+    error_message = "The variant starts with initial_instance_count instances."
+  }
+
+  assert {
+    condition     = aws_sagemaker_model.this.primary_container[0].environment["KOKORO_BACKEND"] == "torch"
+    error_message = "The container runs the torch backend by default."
+  }
+
+  assert {
+    condition     = aws_sagemaker_model.this.enable_network_isolation
+    error_message = "The container runs network-isolated by default."
+  }
+}
+
+run "runtime_template" {
+  module {
+    source = "../modules/agentcore_runtime"
+  }
+
+  variables {
+    name              = "kokoro-tts.agent"
+    image_uri         = "123456789012.dkr.ecr.us-east-1.amazonaws.com/kokoro-tts/agent@sha256:2222222222222222222222222222222222222222222222222222222222222222"
+    role_arn          = "arn:aws:iam::123456789012:role/kokoro-tts-agentcore"
+    tts_endpoint_name = "kokoro-tts"
+    bedrock_model_id  = "anthropic.claude-3-5-haiku-20241022-v1:0"
+  }
+
+  assert {
+    condition     = jsondecode(aws_cloudformation_stack.this.template_body).Resources.Runtime.Type == "AWS::BedrockAgentCore::Runtime"
+    error_message = "The stack must hold an AgentCore runtime."
+  }
+
+  assert {
+    condition     = output.runtime_name == "kokoro_tts_agent" && aws_cloudformation_stack.this.name == "kokoro-tts-agent"
+    error_message = "Runtime names allow no hyphens or dots; stack names allow no underscores."
+  }
+
+  assert {
+    condition = (
+      jsondecode(aws_cloudformation_stack.this.template_body).Resources.Runtime.Properties.NetworkConfiguration.NetworkMode == "PUBLIC" &&
+      jsondecode(aws_cloudformation_stack.this.template_body).Resources.Runtime.Properties.ProtocolConfiguration == "HTTP"
+    )
+    error_message = "The runtime is public and speaks HTTP."
+  }
+
+  assert {
+    condition = jsondecode(aws_cloudformation_stack.this.template_body).Outputs.AgentRuntimeArn.Value == {
+      "Fn::GetAtt" = ["Runtime", "AgentRuntimeArn"]
+    }
+    error_message = "The stack must export the runtime ARN."
+  }
+}
+
+run "runtime_template_without_outputs" {
+  module {
+    source = "../modules/agentcore_runtime"
+  }
+
+  variables {
+    name                   = "kokoro_tts_agent"
+    image_uri              = "123456789012.dkr.ecr.us-east-1.amazonaws.com/kokoro-tts/agent@sha256:2222222222222222222222222222222222222222222222222222222222222222"
+    role_arn               = "arn:aws:iam::123456789012:role/kokoro-tts-agentcore"
+    tts_endpoint_name      = "kokoro-tts"
+    bedrock_model_id       = "anthropic.claude-3-5-haiku-20241022-v1:0"
+    enable_runtime_outputs = false
+  }
+
+  assert {
+    condition     = !contains(keys(jsondecode(aws_cloudformation_stack.this.template_body)), "Outputs")
+    error_message = "enable_runtime_outputs = false must drop the Outputs section."
+  }
+
+  assert {
+    condition     = output.runtime_arn == null
+    error_message = "Without outputs the runtime ARN is null."
+  }
+}
+
+run "plain_model_id_gets_no_inference_profile" {
+  module {
+    source = "../modules/iam"
+  }
+
+  variables {
+    name                 = "kokoro-tts"
+    endpoint_name        = "kokoro-tts"
+    endpoint_arn         = "arn:aws:sagemaker:us-east-1:123456789012:endpoint/kokoro-tts"
+    weights_bucket_arn   = "arn:aws:s3:::kokoro-weights-test"
+    weights_prefix       = "kokoro-82m/v1.0/"
+    tts_repository_arn   = "arn:aws:ecr:us-east-1:123456789012:repository/kokoro-tts/tts"
+    agent_repository_arn = "arn:aws:ecr:us-east-1:123456789012:repository/kokoro-tts/agent"
+    agent_runtime_name   = "kokoro_tts_agent"
+    bedrock_model_id     = "anthropic.claude-3-5-haiku-20241022-v1:0"
+  }
+
+  assert {
+    condition = [
+      for s in jsondecode(aws_iam_role_policy.agent_runtime.policy).Statement : s.Resource
+      if contains(flatten([s.Action]), "bedrock:InvokeModel")
+    ] == [["arn:aws:bedrock:us-east-1::foundation-model/anthropic.claude-3-5-haiku-20241022-v1:0"]]
+    error_message = "A plain model id needs only its foundation-model ARN in the current region."
+  }
+
+  assert {
+    condition     = jsondecode(aws_iam_role.agent_runtime.assume_role_policy).Statement[0].Principal.Service == "bedrock-agentcore.amazonaws.com"
+    error_message = "The runtime role must trust AgentCore."
+  }
+
+  assert {
+    condition     = length([for s in jsondecode(aws_iam_role_policy.sagemaker.policy).Statement : s if contains(flatten([s.Action]), "kms:Decrypt")]) == 0
+    error_message = "Without a bucket key there is no KMS statement."
+  }
+}

@@ -1,0 +1,167 @@
+variable "region" {
+  description = "AWS region (the shared root's region)."
+  type        = string
+  default     = "us-east-1"
+}
+
+variable "name" {
+  description = "Project name: names the endpoint, the roles and (with underscores) the agent runtime."
+  type        = string
+  default     = "kokoro-tts"
+
+  validation {
+    condition     = can(regex("^[a-z][a-z0-9-]{0,26}[a-z0-9]$", var.name))
+    error_message = "name must be 2-28 lowercase letters, digits and hyphens, starting with a letter."
+  }
+}
+
+variable "tts_image_uri" {
+  description = "TTS image by digest, from the shared root's tts_repository_url: <account>.dkr.ecr.<region>.amazonaws.com/<repository>@sha256:<digest>."
+  type        = string
+
+  validation {
+    condition     = can(regex("^\\d{12}\\.dkr\\.ecr\\.[a-z0-9-]+\\.amazonaws\\.com(?:\\.cn)?/[^@:]+@sha256:[0-9a-f]{64}$", var.tts_image_uri))
+    error_message = "tts_image_uri must be an ECR image referenced by digest: <account>.dkr.ecr.<region>.amazonaws.com/<repository>@sha256:<64 hex digits>."
+  }
+
+  # SageMaker and AgentCore pull only from the registry of their own region.
+  validation {
+    condition     = strcontains(var.tts_image_uri, ".dkr.ecr.${var.region}.")
+    error_message = "tts_image_uri must be in the deployment's region (var.region)."
+  }
+}
+
+variable "agent_image_uri" {
+  description = "Agent image (linux/arm64) by digest, from the shared root's agent_repository_url."
+  type        = string
+
+  validation {
+    condition     = can(regex("^\\d{12}\\.dkr\\.ecr\\.[a-z0-9-]+\\.amazonaws\\.com(?:\\.cn)?/[^@:]+@sha256:[0-9a-f]{64}$", var.agent_image_uri))
+    error_message = "agent_image_uri must be an ECR image referenced by digest: <account>.dkr.ecr.<region>.amazonaws.com/<repository>@sha256:<64 hex digits>."
+  }
+
+  # SageMaker and AgentCore pull only from the registry of their own region.
+  validation {
+    condition     = strcontains(var.agent_image_uri, ".dkr.ecr.${var.region}.")
+    error_message = "agent_image_uri must be in the deployment's region (var.region)."
+  }
+}
+
+variable "weights_bucket_name" {
+  description = "Weight bucket (the shared root's weights_bucket_name)."
+  type        = string
+
+  validation {
+    condition     = can(regex("^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$", var.weights_bucket_name))
+    error_message = "weights_bucket_name must be a valid S3 bucket name."
+  }
+}
+
+variable "weights_prefix" {
+  description = "Key prefix of the weight version to serve, with a trailing slash (the shared root's weights_prefix, e.g. kokoro-82m/v1.0/)."
+  type        = string
+
+  validation {
+    condition     = can(regex("^[^/].*/$", var.weights_prefix))
+    error_message = "weights_prefix must end with / and must not start with /."
+  }
+}
+
+variable "weights_kms_key_arn" {
+  description = "KMS key of the weight bucket (the shared root's weights_kms_key_arn); null when the bucket uses SSE-S3."
+  type        = string
+  default     = null
+}
+
+variable "bedrock_model_id" {
+  description = "Bedrock model or inference profile id the agent uses (e.g. us.anthropic.claude-3-5-haiku-20241022-v1:0)."
+  type        = string
+
+  validation {
+    condition     = length(trimspace(var.bedrock_model_id)) > 0
+    error_message = "bedrock_model_id must not be empty."
+  }
+}
+
+variable "instance_type" {
+  description = "Endpoint instance type (a GPU type for the torch backend)."
+  type        = string
+  default     = "ml.g5.xlarge"
+
+  validation {
+    condition     = startswith(var.instance_type, "ml.")
+    error_message = "instance_type must be a SageMaker instance type (starting with \"ml.\")."
+  }
+}
+
+variable "initial_instance_count" {
+  description = "Instances the endpoint starts with."
+  type        = number
+  default     = 1
+
+  validation {
+    condition     = var.initial_instance_count >= var.min_instance_count && var.initial_instance_count <= var.max_instance_count
+    error_message = "initial_instance_count must lie between min_instance_count and max_instance_count."
+  }
+}
+
+variable "min_instance_count" {
+  description = "Autoscaling floor."
+  type        = number
+  default     = 1
+
+  validation {
+    condition     = var.min_instance_count >= 1 && floor(var.min_instance_count) == var.min_instance_count
+    error_message = "min_instance_count must be a whole number of at least 1."
+  }
+}
+
+variable "max_instance_count" {
+  description = "Autoscaling ceiling."
+  type        = number
+  default     = 2
+
+  validation {
+    condition     = var.max_instance_count >= var.min_instance_count && floor(var.max_instance_count) == var.max_instance_count
+    error_message = "max_instance_count must be a whole number no smaller than min_instance_count."
+  }
+}
+
+variable "enable_autoscaling" {
+  description = "Scale the endpoint between min_instance_count and max_instance_count on invocations per instance."
+  type        = bool
+  default     = true
+}
+
+variable "target_invocations_per_instance" {
+  description = "Autoscaling target: invocations per instance per minute."
+  type        = number
+  default     = 60
+}
+
+variable "tts_environment" {
+  description = "Extra environment variables for the TTS container (KOKORO_BACKEND=torch is set unless overridden)."
+  type        = map(string)
+  default     = {}
+}
+
+variable "agent_environment" {
+  description = "Extra environment variables for the agent runtime."
+  type        = map(string)
+  default     = {}
+}
+
+variable "enable_runtime_outputs" {
+  description = "Read the runtime ARN and id back from the CloudFormation stack. Only a local emulator that cannot resolve them needs false."
+  type        = bool
+  default     = true
+}
+
+variable "tags" {
+  description = "Tags for every resource (provider default_tags)."
+  type        = map(string)
+  default = {
+    Project   = "kokoro-tts"
+    ManagedBy = "terraform"
+  }
+}

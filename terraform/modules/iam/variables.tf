@@ -1,0 +1,83 @@
+variable "name" {
+  description = "Prefix for the role names (<name>-sagemaker, <name>-agentcore)."
+  type        = string
+
+  validation {
+    condition     = can(regex("^[A-Za-z0-9+=,.@_-]{1,52}$", var.name))
+    error_message = "name must be 1-52 characters of letters, digits and +=,.@_- (IAM role naming, leaving room for the suffix)."
+  }
+}
+
+variable "endpoint_name" {
+  description = "SageMaker endpoint name: scopes the execution role's log groups."
+  type        = string
+}
+
+variable "endpoint_arn" {
+  description = "ARN of the SageMaker endpoint the agent may invoke (and nothing else)."
+  type        = string
+}
+
+variable "weights_bucket_arn" {
+  description = "ARN of the weight bucket."
+  type        = string
+}
+
+variable "weights_prefix" {
+  description = "Key prefix of the weights the endpoint reads, with a trailing slash (e.g. kokoro-82m/v1.0/)."
+  type        = string
+
+  validation {
+    condition     = endswith(var.weights_prefix, "/") && !startswith(var.weights_prefix, "/")
+    error_message = "weights_prefix must end with / and must not start with /."
+  }
+}
+
+variable "weights_kms_key_arn" {
+  description = "KMS key of the weight bucket (SSE-KMS); null when the bucket uses SSE-S3."
+  type        = string
+  default     = null
+}
+
+variable "tts_repository_arn" {
+  description = "ECR repository ARN of the TTS image."
+  type        = string
+}
+
+variable "agent_repository_arn" {
+  description = "ECR repository ARN of the agent image."
+  type        = string
+}
+
+variable "agent_runtime_name" {
+  description = "AgentCore runtime name: the runtime's log groups start with it."
+  type        = string
+}
+
+variable "bedrock_model_id" {
+  description = "Bedrock model or inference profile id the agent invokes (e.g. us.anthropic.claude-3-5-haiku-20241022-v1:0)."
+  type        = string
+
+  validation {
+    condition     = length(trimspace(var.bedrock_model_id)) > 0
+    error_message = "bedrock_model_id must not be empty."
+  }
+}
+
+variable "metrics_namespace" {
+  description = "The only CloudWatch namespace the agent may publish metrics to."
+  type        = string
+  default     = "bedrock-agentcore"
+}
+
+variable "permissions_boundary_arn" {
+  description = "Permissions boundary for both roles, where the account requires one."
+  type        = string
+  default     = null
+}
+
+variable "tags" {
+  description = "Tags for every resource."
+  type        = map(string)
+  default     = {}
+}

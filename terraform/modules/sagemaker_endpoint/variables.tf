@@ -1,0 +1,143 @@
+variable "name" {
+  description = "Endpoint name; the model and endpoint configuration names derive from it."
+  type        = string
+
+  validation {
+    condition     = can(regex("^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,35}$", var.name))
+    error_message = "name must be 1-36 letters, digits and hyphens, starting and ending alphanumeric (endpoint configuration names add a 27-character suffix)."
+  }
+}
+
+variable "execution_role_arn" {
+  description = "ARN of the SageMaker execution role."
+  type        = string
+}
+
+variable "image_uri" {
+  description = "TTS container image pinned by digest (<registry>/<repository>@sha256:<digest>), so a new push is a new model."
+  type        = string
+
+  validation {
+    condition     = can(regex("^[^@\\s]+@sha256:[0-9a-f]{64}$", var.image_uri))
+    error_message = "image_uri must reference the image by digest: <repository url>@sha256:<64 hex digits>."
+  }
+}
+
+variable "model_data_s3_uri" {
+  description = "S3 prefix holding the uncompressed weights (s3://bucket/kokoro-82m/v1.0/); SageMaker copies it to /opt/ml/model."
+  type        = string
+
+  validation {
+    condition     = can(regex("^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]/.+/$", var.model_data_s3_uri))
+    error_message = "model_data_s3_uri must be an s3:// prefix under a bucket ending with /."
+  }
+}
+
+variable "environment" {
+  description = "Container environment variables (merged over KOKORO_BACKEND=torch)."
+  type        = map(string)
+  default     = {}
+}
+
+variable "instance_type" {
+  description = "Instance type of the production variant."
+  type        = string
+  default     = "ml.g5.xlarge"
+
+  validation {
+    condition     = startswith(var.instance_type, "ml.")
+    error_message = "instance_type must be a SageMaker instance type (starting with \"ml.\")."
+  }
+}
+
+variable "initial_instance_count" {
+  description = "Instances the variant starts with; autoscaling moves it between min and max afterwards."
+  type        = number
+  default     = 1
+
+  validation {
+    condition     = var.initial_instance_count >= var.min_instance_count && var.initial_instance_count <= var.max_instance_count
+    error_message = "initial_instance_count must lie between min_instance_count and max_instance_count."
+  }
+}
+
+variable "min_instance_count" {
+  description = "Autoscaling floor."
+  type        = number
+  default     = 1
+
+  validation {
+    condition     = var.min_instance_count >= 1 && floor(var.min_instance_count) == var.min_instance_count
+    error_message = "min_instance_count must be a whole number of at least 1."
+  }
+}
+
+variable "max_instance_count" {
+  description = "Autoscaling ceiling."
+  type        = number
+  default     = 2
+
+  validation {
+    condition     = var.max_instance_count >= var.min_instance_count && floor(var.max_instance_count) == var.max_instance_count
+    error_message = "max_instance_count must be a whole number no smaller than min_instance_count."
+  }
+}
+
+variable "enable_autoscaling" {
+  description = "Register the variant with Application Auto Scaling (target tracking between min and max instances). Without it the endpoint keeps initial_instance_count."
+  type        = bool
+  default     = true
+}
+
+variable "target_invocations_per_instance" {
+  description = "Target of SageMakerVariantInvocationsPerInstance (invocations per instance per minute)."
+  type        = number
+  default     = 60
+
+  validation {
+    condition     = var.target_invocations_per_instance > 0
+    error_message = "target_invocations_per_instance must be positive."
+  }
+}
+
+variable "scale_in_cooldown" {
+  description = "Seconds after a scale-in before another one."
+  type        = number
+  default     = 300
+}
+
+variable "scale_out_cooldown" {
+  description = "Seconds after a scale-out before another one."
+  type        = number
+  default     = 60
+}
+
+variable "container_startup_health_check_timeout" {
+  description = "Seconds SageMaker waits for /ping to pass on a new instance (model load included)."
+  type        = number
+  default     = 600
+}
+
+variable "model_data_download_timeout" {
+  description = "Seconds SageMaker allows to copy the weights to the instance."
+  type        = number
+  default     = 600
+}
+
+variable "enable_network_isolation" {
+  description = "Run the container without network access (SageMaker still copies the weights in)."
+  type        = bool
+  default     = true
+}
+
+variable "kms_key_arn" {
+  description = "KMS key for the instance storage volume; leave null for instance types with NVMe instance storage (ml.g5, ml.g6), which reject a key."
+  type        = string
+  default     = null
+}
+
+variable "tags" {
+  description = "Tags for every resource."
+  type        = map(string)
+  default     = {}
+}
