@@ -7,12 +7,13 @@ PY          := $(VENV)/bin/python
 MODEL_DIR   ?= models/kokoro
 PORT        ?= 8080
 HOST        ?= 127.0.0.1
+TTS_URL     ?= http://127.0.0.1:8080
 UV          := $(shell command -v uv 2>/dev/null || echo "$(HOME)/.local/bin/uv")
 PYTHON312    = $(shell scripts/find_python.sh)
 
 export KOKORO_MODEL_DIR ?= $(abspath $(MODEL_DIR))
 
-.PHONY: help install weights serve demo test lint lock clean
+.PHONY: help install weights serve demo agent test tf-check lint lock clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -35,14 +36,21 @@ weights: $(VENV)/.installed ## fetch the Kokoro weights into MODEL_DIR (a no-op 
 serve: install ## run the TTS server in the foreground on the embedded default (PORT=8080)
 	$(VENV)/bin/serve --host $(HOST) --port $(PORT)
 
-demo: install ## install, then speak a sample reply through the running server into a WAV file
-	$(PY) scripts/demo.py --port $(PORT)
+demo: install ## the embedded default end to end: TTS server + agent + scripted LLM, bidi vs batch first audio
+	$(PY) scripts/demo.py
 
-test: install ## lint, type-check and run the test suite
+agent: install ## run the agent app locally on the scripted model (make agent PORT=8081 TTS_URL=...)
+	TTS_URL=$(TTS_URL) $(VENV)/bin/voice-agent serve --host $(HOST) --port $(PORT)
+
+test: install ## lint, type-check, the test suite, and the Terraform checks
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 	$(VENV)/bin/pytest
+	scripts/terraform_checks.sh
+
+tf-check: $(VENV)/.installed ## Terraform only: fmt, validate, mocked tests, checkov, apply/destroy against moto
+	scripts/terraform_checks.sh
 
 lint: $(VENV)/.installed ## ruff and mypy only
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check . && $(VENV)/bin/mypy
@@ -52,6 +60,7 @@ lock: | $(UV) ## re-pin every lock (exact versions with hashes, no download addr
 	$(LOCK) --extra server --extra agent --extra mirror --extra dev -o requirements.lock
 	$(LOCK) --extra server --python-platform x86_64-manylinux_2_28 -o container/requirements-onnx.lock
 	$(LOCK) --extra server --extra gpu --python-platform x86_64-manylinux_2_28 -o container/requirements-torch.lock
+	$(LOCK) --extra agent --python-platform aarch64-manylinux_2_28 -o agent/requirements.lock
 
 clean: ## remove the environment (weights in MODEL_DIR are kept)
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

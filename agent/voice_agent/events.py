@@ -1,0 +1,126 @@
+"""The events the agent streams to its caller (one SSE ``data:`` line each), and the metrics they add up to.
+
+Every event is a JSON object with ``type`` and ``t_ms``, milliseconds since ``agent_start``. A reply ends with
+exactly one of ``agent_end`` (success) or ``error`` (with a stable ``code``); nothing follows either.
+"""
+
+from __future__ import annotations
+
+import base64
+import time
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+Event = dict[str, Any]
+
+
+class ErrorCode(StrEnum):
+    # The request
+    INVALID_REQUEST = "invalid_request"  # not a JSON object, or a field of the wrong type
+    EMPTY_PROMPT = "empty_prompt"
+    PROMPT_TOO_LONG = "prompt_too_long"
+    UNKNOWN_MODE = "unknown_mode"
+    INVALID_SPEED = "invalid_speed"
+    # The LLM
+    MODEL_UNAVAILABLE = "model_unavailable"  # the configured model cannot be built (missing package, bad config)
+    LLM_FAILED = "llm_failed"  # the LLM stream raised
+    LLM_TIMEOUT = "llm_timeout"  # no token for llm_idle_timeout_s
+    # The TTS server
+    TTS_UNAVAILABLE = "tts_unavailable"  # no session / no answer: the server is down or not ready
+    TTS_SESSION_DROPPED = "tts_session_dropped"  # the session or response stream was lost mid-reply
+    TTS_ERROR = "tts_error"  # the server refused (its own code is in ``tts_code``)
+    TTS_TIMEOUT = "tts_timeout"  # no audio for tts_idle_timeout_s while a sentence was waiting
+    INTERNAL_ERROR = "internal_error"
+
+
+class Clock:
+    """Milliseconds since the reply started (the ``agent_start`` event)."""
+
+    def __init__(self) -> None:
+        self._start = time.perf_counter()
+
+    def ms(self) -> float:
+        return round((time.perf_counter() - self._start) * 1000, 1)
+
+
+class Events:
+    """Builds events stamped by one clock."""
+
+    def __init__(self, clock: Clock | None = None) -> None:
+        self.clock = clock or Clock()
+
+    def _event(self, type_: str, **fields: Any) -> Event:
+        return {"type": type_, "t_ms": self.clock.ms(), **fields}
+
+    def agent_start(self, mode: str, model: str, voice: str | None) -> Event:
+        return self._event("agent_start", mode=mode, model=model, voice=voice)
+
+    def text_delta(self, text: str) -> Event:
+        return self._event("text_delta", text=text)
+
+    def sentence(self, index: int, text: str) -> Event:
+        return self._event("sentence", index=index, text=text)
+
+    def audio_chunk(self, data: bytes, fmt: str, sample_rate: int, sentence: int, seq: int) -> Event:
+        # seq counts audio chunks across the whole reply (0, 1, ...), so a caller can spot a gap.
+        audio = base64.b64encode(data).decode("ascii")
+        return self._event("audio_chunk", audio=audio, format=fmt, sample_rate=sample_rate, sentence=sentence, seq=seq)
+
+    def sentence_complete(self, index: int, audio_ms: float, skipped: str | None = None) -> Event:
+        event = self._event("sentence_complete", index=index, audio_ms=audio_ms)
+        if skipped:
+            event["skipped"] = skipped  # the server's code: the sentence had nothing speakable
+        return event
+
+    def agent_end(self, metrics: Metrics) -> Event:
+        return self._event("agent_end", metrics=metrics.as_dict(self.clock.ms()))
+
+    def error(self, code: ErrorCode | str, message: str, **extra: Any) -> Event:
+        return self._event("error", code=str(code), message=message, **{k: v for k, v in extra.items() if v})
+
+
+@dataclass
+class Metrics:
+    """First-event times in ms since agent_start (None when it never happened), and the audio's length."""
+
+    first_text_ms: float | None = None
+    first_sentence_ms: float | None = None
+    first_audio_ms: float | None = None
+    text_done_ms: float | None = None  # the last text_delta: the LLM's end, as seen by the pipeline
+    audio_ms: float = 0.0
+    sentences: int = 0
+    audio_chunks: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def observe(self, event: Event) -> None:
+        kind, t = event["type"], event["t_ms"]
+        if kind == "text_delta":
+            self.first_text_ms = self.first_text_ms if self.first_text_ms is not None else t
+            self.text_done_ms = t
+        elif kind == "sentence":
+            self.first_sentence_ms = self.first_sentence_ms if self.first_sentence_ms is not None else t
+            self.sentences += 1
+        elif kind == "audio_chunk":
+            self.first_audio_ms = self.first_audio_ms if self.first_audio_ms is not None else t
+            self.audio_chunks += 1
+        elif kind == "sentence_complete":
+            self.audio_ms = round(self.audio_ms + float(event.get("audio_ms") or 0.0), 1)
+
+    def as_dict(self, total_ms: float) -> dict[str, Any]:
+        return {
+            "first_text_ms": self.first_text_ms,
+            "first_sentence_ms": self.first_sentence_ms,
+            "first_audio_ms": self.first_audio_ms,
+            "text_done_ms": self.text_done_ms,
+            "total_ms": total_ms,
+            "audio_ms": self.audio_ms,
+            "sentences": self.sentences,
+            "audio_chunks": self.audio_chunks,
+            **self.extra,
+        }
+
+
+def pcm_ms(n_bytes: int, sample_rate: int) -> float:
+    """Duration of 16-bit mono PCM."""
+    return round(n_bytes / 2 / sample_rate * 1000, 1)

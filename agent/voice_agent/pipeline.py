@@ -1,0 +1,411 @@
+"""LLM text → sentences → TTS audio, as events (events.py), in the two modes the agent compares.
+
+``run_bidi``: one task drains the LLM into the sentence chunker and hands each sentence, the moment it is
+complete, to a sender that puts it into ONE open TTS session; another task drains the session. They all post to
+one queue, and the caller gets events in real arrival order, so the first sentence is heard while the LLM is
+still writing the rest.
+
+``run_batch``: the fair baseline. It waits for the whole reply, then makes one synthesis call whose response
+streams (the server still sends each chunk's audio as soon as it exists).
+
+Both are async generators: closing one (the caller left) cancels its tasks, which stops the LLM stream, and
+closes the TTS session. Every failure ends the stream with one ``error`` event (events.ErrorCode); every wait
+has a timeout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Coroutine
+from dataclasses import dataclass, field
+from typing import Any
+
+from .chunker import IncrementalSentenceChunker
+from .events import ErrorCode, Event, Events, Metrics, pcm_ms
+from .transports.base import (
+    AudioEvent,
+    BatchTTS,
+    ControlEvent,
+    SessionOptions,
+    TTSSession,
+    TTSTransport,
+    TTSTransportError,
+)
+
+log = logging.getLogger(__name__)
+
+SAMPLE_RATE = 24_000  # the server's only rate (docs/protocol.md); bidi also reads it from synthesis_start
+
+# The LLM's reply as text deltas. The Event is set when the caller goes away, for providers that stream in a
+# thread (Bedrock): cancelling the task alone would not stop them.
+TextSource = Callable[[threading.Event], AsyncIterator[str]]
+
+
+@dataclass(frozen=True)
+class PipelineOptions:
+    session: SessionOptions = field(default_factory=SessionOptions)
+    tts_connect_timeout_s: float = 10.0
+    tts_idle_timeout_s: float = 30.0
+    llm_idle_timeout_s: float = 60.0
+    chunk_min_chars: int = 0
+    chunk_eager: bool = False
+    # Sentences sent to the TTS and not yet spoken; the server queues at most 32 per session (docs/protocol.md).
+    max_in_flight: int = 8
+    # Events waiting for the caller; a caller that stops reading eventually pauses the LLM and the TTS reads.
+    queue_size: int = 256
+    close_timeout_s: float = 5.0
+
+
+class _Fail(Exception):
+    """Ends the reply with an error event."""
+
+    def __init__(self, code: ErrorCode, message: str, tts_code: str | None = None) -> None:
+        super().__init__(message)
+        self.code, self.message, self.tts_code = code, message, tts_code
+
+    @classmethod
+    def from_transport(cls, exc: TTSTransportError) -> _Fail:
+        try:
+            code = ErrorCode(exc.code)
+        except ValueError:
+            code = ErrorCode.TTS_ERROR
+        return cls(code, exc.message, exc.tts_code)
+
+
+@dataclass(frozen=True)
+class _Done:
+    source: str
+
+
+class _Run:
+    """Producer tasks post events to one queue; ``drain`` yields them in the order they arrived."""
+
+    def __init__(self, options: PipelineOptions) -> None:
+        self.options = options
+        self.events = Events()
+        self.metrics = Metrics()
+        self.queue: asyncio.Queue[Event | _Done | _Fail] = asyncio.Queue(options.queue_size)
+        self.cancel = threading.Event()
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._producers: list[str] = []
+
+    def start(self, name: str, work: Coroutine[Any, Any, None]) -> None:
+        self._tasks[name] = asyncio.create_task(self._guard(name, work), name=f"voice-{name}")
+        self._producers.append(name)
+
+    async def _guard(self, name: str, work: Coroutine[Any, Any, None]) -> None:
+        try:
+            await work
+        except _Fail as fail:
+            await self.queue.put(fail)
+            return
+        except Exception as exc:  # a bug: still end the reply cleanly, with a code
+            log.exception("pipeline task %s failed", name)
+            await self.queue.put(_Fail(ErrorCode.INTERNAL_ERROR, f"{name}: {type(exc).__name__}"))
+            return
+        await self.queue.put(_Done(name))
+
+    async def post(self, event: Event) -> None:
+        await self.queue.put(event)
+
+    async def drain(self) -> AsyncIterator[Event]:
+        pending = set(self._producers)
+        while pending:
+            item = await self.queue.get()
+            if isinstance(item, _Done):
+                pending.discard(item.source)
+            elif isinstance(item, _Fail):
+                yield self.events.error(item.code, item.message, tts_code=item.tts_code)
+                return
+            else:
+                self.metrics.observe(item)
+                yield item
+        yield self.events.agent_end(self.metrics)
+
+    async def aclose(self) -> None:
+        self.cancel.set()
+        tasks = [t for t in self._tasks.values() if not t.done()]
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.wait(tasks, timeout=self.options.close_timeout_s)
+
+    async def llm_text(self, source: TextSource) -> AsyncIterator[str]:
+        """The LLM's text deltas; its failures and stalls become llm_failed / llm_timeout."""
+        # A dedicated task reads the LLM into an unbounded queue, so it is always awaiting the LLM itself:
+        # cancelling it then unwinds the provider's stream at once (a stream left suspended at a yield would
+        # only be closed whenever the garbage collector gets to it).
+        text: asyncio.Queue[str | BaseException | None] = asyncio.Queue()
+        self._tasks["llm-reader"] = asyncio.create_task(self._read_llm(source, text), name="voice-llm-reader")
+        while True:
+            try:
+                async with asyncio.timeout(self.options.llm_idle_timeout_s):
+                    item = await text.get()
+            except TimeoutError:
+                raise _Fail(
+                    ErrorCode.LLM_TIMEOUT, f"the LLM sent nothing for {self.options.llm_idle_timeout_s:g} s"
+                ) from None
+            if item is None:
+                return
+            if isinstance(item, BaseException):
+                raise _Fail(ErrorCode.LLM_FAILED, f"the LLM stream failed: {type(item).__name__}: {item}") from item
+            yield item
+
+    async def _read_llm(self, source: TextSource, text: asyncio.Queue[str | BaseException | None]) -> None:
+        try:
+            async for delta in source(self.cancel):
+                if delta:
+                    text.put_nowait(delta)
+        except Exception as exc:
+            text.put_nowait(exc)
+            return
+        text.put_nowait(None)
+
+
+# --- bidi ------------------------------------------------------------------------------------------------------
+
+
+class _Bidi:
+    def __init__(self, run: _Run, transport: TTSTransport) -> None:
+        self.run = run
+        self.transport = transport
+        self.session: TTSSession | None = None
+        self.ready = asyncio.Event()
+        # Sentences the LLM task has cut, waiting for the sender: (index, text), then None for the close.
+        self.outbox: asyncio.Queue[tuple[int, str] | None] = asyncio.Queue()
+        self.total = 0  # sentences cut; sentence i has utterance id str(i)
+        self.sent = 0  # sentences sent to the TTS
+        self.completed: set[int] = set()
+        self.progress = asyncio.Event()  # set by the reader when a sentence completes
+        self.finished = False  # the close went out
+        self.timer: asyncio.Timeout | None = None
+
+    # The TTS read times out only while something is owed: a sentence sent and not complete, or the close.
+    def _deadline(self) -> float | None:
+        owed = self.sent > len(self.completed) or self.finished
+        return asyncio.get_running_loop().time() + self.run.options.tts_idle_timeout_s if owed else None
+
+    def _arm(self) -> None:
+        if self.timer is not None and self.timer.when() is None:
+            self.timer.reschedule(self._deadline())
+
+    async def llm(self, source: TextSource) -> None:
+        options = self.run.options
+        chunker = IncrementalSentenceChunker(eager=options.chunk_eager, min_chars=options.chunk_min_chars)
+        async for delta in self.run.llm_text(source):
+            await self.run.post(self.run.events.text_delta(delta))
+            for sentence in chunker.feed(delta):
+                await self._cut(sentence)
+        if rest := chunker.flush():
+            await self._cut(rest)
+        self.outbox.put_nowait(None)
+
+    async def _cut(self, text: str) -> None:
+        await self.run.post(self.run.events.sentence(self.total, text))
+        self.outbox.put_nowait((self.total, text))
+        self.total += 1
+
+    async def send(self) -> None:
+        """Sends each sentence as soon as it exists, keeping at most ``max_in_flight`` unspoken ones on the server
+        (whose queue is bounded), without ever holding up the text: that is the LLM task's, and never waits here."""
+        await self.ready.wait()  # if opening fails, the reply ends and this task is cancelled
+        session = self.session
+        assert session is not None
+        while (item := await self.outbox.get()) is not None:
+            while self.sent - len(self.completed) >= self.run.options.max_in_flight:
+                self.progress.clear()
+                await self.progress.wait()
+            index, text = item
+            try:
+                await session.send_text(text, str(index))
+            except TTSTransportError as exc:
+                raise _Fail.from_transport(exc) from exc
+            except Exception as exc:
+                raise _Fail(ErrorCode.TTS_SESSION_DROPPED, f"sending sentence {index} failed: {exc!r}") from exc
+            self.sent += 1
+            self._arm()
+        try:
+            await session.finish()
+        except TTSTransportError as exc:
+            raise _Fail.from_transport(exc) from exc
+        self.finished = True
+        self._arm()
+
+    def _complete(self, index: int) -> None:
+        self.completed.add(index)
+        self.progress.set()
+
+    async def tts(self) -> None:
+        options = self.run.options
+        try:
+            async with asyncio.timeout(options.tts_connect_timeout_s):
+                self.session = await self.transport.open_session(options.session)
+        except TimeoutError:
+            raise _Fail(
+                ErrorCode.TTS_UNAVAILABLE, f"no TTS session within {options.tts_connect_timeout_s:g} s"
+            ) from None
+        except TTSTransportError as exc:
+            raise _Fail.from_transport(exc) from exc
+        except Exception as exc:
+            raise _Fail(ErrorCode.TTS_UNAVAILABLE, f"cannot open a TTS session: {exc!r}") from exc
+        self.ready.set()
+        stream = aiter(self.session.events())
+        try:
+            await self._read(stream)
+        finally:
+            aclose = getattr(stream, "aclose", None)
+            if aclose is not None:
+                with contextlib.suppress(Exception):
+                    await aclose()
+        if not self.finished or len(self.completed) < self.total:
+            raise _Fail(
+                ErrorCode.TTS_SESSION_DROPPED,
+                f"the TTS session ended after {len(self.completed)} of {self.total} sentences",
+            )
+
+    async def _read(self, stream: AsyncIterator[AudioEvent | ControlEvent]) -> None:
+        options = self.run.options
+        events = self.run.events
+        current: int | None = None
+        fmt, rate, seq = options.session.format, SAMPLE_RATE, 0
+        while True:
+            try:
+                async with asyncio.timeout(self._deadline()) as self.timer:
+                    event = await anext(stream, None)
+            except TimeoutError:
+                raise _Fail(
+                    ErrorCode.TTS_TIMEOUT,
+                    f"no audio for {options.tts_idle_timeout_s:g} s "
+                    f"({len(self.completed)} of {self.sent} sentences spoken)",
+                ) from None
+            except TTSTransportError as exc:
+                raise _Fail.from_transport(exc) from exc
+            except Exception as exc:
+                raise _Fail(ErrorCode.TTS_SESSION_DROPPED, f"the TTS session failed: {exc!r}") from exc
+            finally:
+                self.timer = None
+            if event is None:
+                return
+            if isinstance(event, AudioEvent):
+                if current is None:
+                    raise _Fail(ErrorCode.TTS_ERROR, "the TTS server sent audio outside an utterance")
+                await self.run.post(events.audio_chunk(event.data, fmt, rate, current, seq))
+                seq += 1
+                continue
+            message = event.message
+            kind = event.type
+            index = self._index(message.get("id"))
+            if kind == "synthesis_start":
+                current = index
+                fmt = str(message.get("format", fmt))
+                rate = int(message.get("sample_rate", rate))
+            elif kind == "synthesis_complete" and index is not None:
+                current = None
+                self._complete(index)
+                await self.run.post(events.sentence_complete(index, float(message.get("audio_ms") or 0.0)))
+            elif kind == "cancelled" and index is not None:
+                self._complete(index)
+            elif kind == "error":
+                code = str(message.get("code", ""))
+                if index is not None and code == "nothing_to_speak":
+                    # "..." or an emoji: nothing to say in this sentence is no reason to stop the reply.
+                    self._complete(index)
+                    await self.run.post(events.sentence_complete(index, 0.0, skipped=code))
+                    continue
+                where = f"sentence {index}" if index is not None else "the session"
+                raise _Fail(ErrorCode.TTS_ERROR, f"the TTS server refused {where}: {message.get('message', '')}", code)
+
+    def _index(self, utterance_id: object) -> int | None:
+        if utterance_id is None:
+            return None
+        try:
+            return int(str(utterance_id))
+        except ValueError:
+            raise _Fail(ErrorCode.TTS_ERROR, f"unknown utterance id from the TTS server: {utterance_id!r}") from None
+
+
+async def run_bidi(
+    source: TextSource, transport: TTSTransport, *, model_name: str, options: PipelineOptions
+) -> AsyncGenerator[Event]:
+    run = _Run(options)
+    yield run.events.agent_start("bidi", model_name, options.session.voice)
+    bidi = _Bidi(run, transport)
+    # The session opens while the LLM thinks about its first token: the connection costs nothing then.
+    run.start("tts", bidi.tts())
+    run.start("send", bidi.send())
+    run.start("llm", bidi.llm(source))
+    try:
+        async for event in run.drain():
+            yield event
+    finally:
+        await run.aclose()
+        if bidi.session is not None:
+            with contextlib.suppress(Exception):
+                async with asyncio.timeout(options.close_timeout_s):
+                    await bidi.session.aclose()
+
+
+# --- batch -----------------------------------------------------------------------------------------------------
+
+
+async def _batch(run: _Run, source: TextSource, batch: BatchTTS) -> None:
+    options = run.options
+    events = run.events
+    parts: list[str] = []
+    async for delta in run.llm_text(source):
+        parts.append(delta)
+        await run.post(events.text_delta(delta))
+    text = " ".join("".join(parts).split())
+    if not text:
+        return
+    # The whole reply is the one utterance: sentence 0.
+    await run.post(events.sentence(0, text))
+    fmt = options.session.format
+    stream = aiter(batch.synthesize(text, options.session))
+    pending = bytearray()
+    seq = n_bytes = 0
+    try:
+        while True:
+            try:
+                async with asyncio.timeout(options.tts_idle_timeout_s):
+                    data = await anext(stream, None)
+            except TimeoutError:
+                raise _Fail(ErrorCode.TTS_TIMEOUT, f"no audio for {options.tts_idle_timeout_s:g} s") from None
+            except TTSTransportError as exc:
+                raise _Fail.from_transport(exc) from exc
+            except Exception as exc:
+                raise _Fail(ErrorCode.TTS_SESSION_DROPPED, f"the TTS response failed: {exc!r}") from exc
+            if data is None:
+                break
+            pending += data
+            # HTTP cuts the body anywhere: keep PCM chunks to whole 16-bit samples so each decodes alone.
+            cut = len(pending) - len(pending) % 2 if fmt == "pcm" else len(pending)
+            if cut:
+                await run.post(events.audio_chunk(bytes(pending[:cut]), fmt, SAMPLE_RATE, 0, seq))
+                del pending[:cut]
+                seq += 1
+                n_bytes += cut
+    finally:
+        aclose = getattr(stream, "aclose", None)
+        if aclose is not None:
+            with contextlib.suppress(Exception):
+                await aclose()
+    if n_bytes == 0:
+        raise _Fail(ErrorCode.TTS_ERROR, "the TTS server answered with no audio")
+    await run.post(events.sentence_complete(0, pcm_ms(n_bytes, SAMPLE_RATE) if fmt == "pcm" else 0.0))
+
+
+async def run_batch(
+    source: TextSource, batch: BatchTTS, *, model_name: str, options: PipelineOptions
+) -> AsyncGenerator[Event]:
+    run = _Run(options)
+    yield run.events.agent_start("batch", model_name, options.session.voice)
+    run.start("batch", _batch(run, source, batch))
+    try:
+        async for event in run.drain():
+            yield event
+    finally:
+        await run.aclose()

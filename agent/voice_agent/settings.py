@@ -1,0 +1,72 @@
+"""Agent settings, read from the environment (AgentCore Runtime passes configuration as env vars)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+DEFAULT_SYSTEM_PROMPT = (
+    "You are a helpful voice assistant. Your replies are spoken aloud, so answer in a few short, complete "
+    "sentences of plain prose: no markdown, lists, code, tables or emoji. Start with the answer itself."
+)
+
+
+def _str(name: str, default: str | None = None) -> str | None:
+    value = os.environ.get(name, "").strip()
+    return value or default
+
+
+def _float(name: str, default: float) -> float:
+    value = os.environ.get(name, "").strip()
+    return float(value) if value else default
+
+
+def _int(name: str, default: int) -> int:
+    value = os.environ.get(name, "").strip()
+    return int(value) if value else default
+
+
+def _bool(name: str, default: bool) -> bool:
+    value = os.environ.get(name, "").strip().lower()
+    return default if not value else value in ("1", "true", "yes", "on")
+
+
+@dataclass(frozen=True)
+class AgentSettings:
+    # --- the LLM ---
+    # scripted (the embedded default: a simulated LLM, no network), bedrock, or openai (any compatible server).
+    model: str = field(default_factory=lambda: _str("AGENT_MODEL", "scripted") or "scripted")
+    system_prompt: str = field(default_factory=lambda: _str("AGENT_SYSTEM_PROMPT", DEFAULT_SYSTEM_PROMPT) or "")
+    bedrock_model_id: str | None = field(default_factory=lambda: _str("BEDROCK_MODEL_ID"))
+    aws_region: str | None = field(default_factory=lambda: _str("AWS_REGION") or _str("AWS_DEFAULT_REGION"))
+    openai_base_url: str | None = field(default_factory=lambda: _str("OPENAI_BASE_URL"))
+    openai_api_key: str | None = field(default_factory=lambda: _str("OPENAI_API_KEY"))
+    openai_model: str | None = field(default_factory=lambda: _str("OPENAI_MODEL"))
+    max_tokens: int = field(default_factory=lambda: _int("AGENT_MAX_TOKENS", 400))
+    # The scripted model's cadence: time to first token and tokens per second (about 5 s for its reply).
+    scripted_ttft_s: float = field(default_factory=lambda: _float("SCRIPTED_TTFT_S", 0.6))
+    scripted_tokens_per_s: float = field(default_factory=lambda: _float("SCRIPTED_TOKENS_PER_S", 15.0))
+    scripted_reply: str | None = field(default_factory=lambda: _str("SCRIPTED_REPLY"))
+
+    # --- the TTS server ---
+    # Local: the container's base URL. SageMaker: the endpoint's name (then TTS_URL is ignored).
+    tts_url: str = field(default_factory=lambda: _str("TTS_URL", "http://127.0.0.1:8080") or "")
+    tts_endpoint_name: str | None = field(default_factory=lambda: _str("TTS_ENDPOINT_NAME"))
+    voice: str | None = field(default_factory=lambda: _str("TTS_VOICE"))
+    speed: float | None = field(default_factory=lambda: _float("TTS_SPEED", 0.0) or None)
+
+    # --- the pipeline ---
+    tts_connect_timeout_s: float = field(default_factory=lambda: _float("TTS_CONNECT_TIMEOUT_S", 10.0))
+    # Longest wait for the next audio while a sentence is waiting for it (the first chunk of a long sentence
+    # on a busy CPU takes a few seconds).
+    tts_idle_timeout_s: float = field(default_factory=lambda: _float("TTS_IDLE_TIMEOUT_S", 30.0))
+    # Longest wait for the LLM's next token (the first one included).
+    llm_idle_timeout_s: float = field(default_factory=lambda: _float("LLM_IDLE_TIMEOUT_S", 60.0))
+    # Sentences shorter than this are merged into the next one (0 = off; see chunker.py).
+    chunk_min_chars: int = field(default_factory=lambda: _int("CHUNK_MIN_CHARS", 0))
+    chunk_eager: bool = field(default_factory=lambda: _bool("CHUNK_EAGER", False))
+    max_prompt_chars: int = field(default_factory=lambda: _int("AGENT_MAX_PROMPT_CHARS", 8000))
+
+    @property
+    def uses_sagemaker(self) -> bool:
+        return self.tts_endpoint_name is not None

@@ -1,0 +1,166 @@
+"""``make demo``: the embedded default end to end, bidi against batch, on this machine.
+
+Starts the TTS server (Kokoro-82M, weights from KOKORO_MODEL_DIR) and the agent app (the scripted, simulated LLM:
+no network, no credentials) as subprocesses on free loopback ports, asks the same prompt in bidi and in batch
+mode, prints both times to first audio and their ratio, writes each mode's audio to OUT/demo-<mode>.wav, and
+stops both servers (also on Ctrl-C or a failure). Server logs go to OUT/demo-tts.log and OUT/demo-agent.log.
+
+    .venv/bin/python scripts/demo.py [--trials 3] [--tts-url http://127.0.0.1:8080] [--out out]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "agent"))  # run from a checkout without `pip install -e .` too
+
+from voice_agent.cli import DEFAULT_PROMPT, Invoker, Trial, collect, report, url_invoker  # noqa: E402
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def tail(path: Path, lines: int = 20) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return ""
+
+
+@contextlib.contextmanager
+def server(name: str, argv: list[str], env: dict[str, str], log_path: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """A subprocess that is always stopped: SIGTERM (both servers shut down cleanly on it), then SIGKILL."""
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
+        try:
+            yield proc
+        finally:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+                try:
+                    proc.wait(timeout=15)
+                except subprocess.TimeoutExpired:
+                    print(f"{name} did not stop within 15 s: killing it")
+                    proc.kill()
+                    proc.wait(timeout=5)
+
+
+class PortTaken(Exception):
+    pass
+
+
+def wait_ready(name: str, url: str, proc: subprocess.Popen[bytes], log_path: Path, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            if "Address already in use" in tail(log_path):
+                raise PortTaken(url)
+            raise SystemExit(f"{name} exited with {proc.returncode}; its log ({log_path}):\n{tail(log_path)}")
+        try:
+            if httpx.get(f"{url}/ping", timeout=2, trust_env=False).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.25)
+    raise SystemExit(f"{name} was not ready within {timeout_s:g} s; its log ({log_path}):\n{tail(log_path)}")
+
+
+def start(
+    stack: contextlib.ExitStack, name: str, argv: list[str], env: dict[str, str], log: Path, port: int, timeout_s: float
+) -> str:
+    """Start a server on ``port`` (0: a free one, retried if another process takes it first); return its URL."""
+    for _ in range(3):
+        chosen = port or free_port()
+        url = f"http://127.0.0.1:{chosen}"
+        print(f"starting the {name} on {url} ...", flush=True)
+        with contextlib.ExitStack() as attempt:
+            proc = attempt.enter_context(server(name, [*argv, "--port", str(chosen)], env, log))
+            try:
+                wait_ready(name, url, proc, log, timeout_s)
+            except PortTaken:
+                if port:
+                    raise SystemExit(f"port {port} is taken: pick another with --port / --agent-port") from None
+                continue
+            stack.push(attempt.pop_all())  # ready: keep it running until the demo ends
+            return url
+    raise SystemExit(f"could not find a free port for the {name}")
+
+
+async def warm_up(tts_url: str, invoke: Invoker) -> None:
+    """Pay the cold paths off the clock, for both modes alike: one complete synthesis (the G2P's lexicons, the
+    engine's first shapes), and one agent request hung up at its first token (imports, the worker loop). Hanging
+    up before any sentence reaches the TTS leaves no synthesis in flight to delay the first measured request."""
+    async with httpx.AsyncClient(timeout=120, trust_env=False) as client:
+        response = await client.post(f"{tts_url}/invocations", json={"text": "Hello! Warming up."})
+        response.raise_for_status()
+    async for event in invoke({"prompt": "Warm up.", "mode": "bidi"}):
+        if event.get("type") in ("text_delta", "error", "agent_end"):
+            break
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--prompt", default=DEFAULT_PROMPT)
+    parser.add_argument("--trials", type=int, default=1)
+    parser.add_argument("--voice")
+    parser.add_argument("--speed", type=float)
+    parser.add_argument("--out", default=str(REPO / "out"))
+    parser.add_argument("--tts-url", help="use this running TTS server instead of starting one")
+    parser.add_argument("--port", type=int, default=0, help="the TTS server's port (0: a free one)")
+    parser.add_argument("--agent-port", type=int, default=0, help="the agent's port (0: a free one)")
+    parser.add_argument("--model-dir", default=os.environ.get("KOKORO_MODEL_DIR", str(REPO / "models" / "kokoro")))
+    parser.add_argument("--ready-timeout", type=float, default=300.0, help="seconds for the model to load")
+    args = parser.parse_args()
+    args.mode = "both"
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+
+    with contextlib.ExitStack() as stack:
+        tts_url = args.tts_url
+        if not tts_url:
+            print(f"TTS model: {args.model_dir}")
+            argv = [sys.executable, "-m", "kokoro_tts.serve", "--host", "127.0.0.1"]
+            tts_env = {**env, "KOKORO_MODEL_DIR": args.model_dir}
+            tts_url = start(stack, "TTS server", argv, tts_env, out / "demo-tts.log", args.port, args.ready_timeout)
+        print(f"agent: the scripted (simulated) LLM, TTS at {tts_url}")
+        argv = [sys.executable, "-m", "voice_agent.cli", "serve", "--host", "127.0.0.1"]
+        agent_env = {**env, "TTS_URL": tts_url, "AGENT_MODEL": "scripted", "TTS_ENDPOINT_NAME": ""}
+        agent_url = start(stack, "agent", argv, agent_env, out / "demo-agent.log", args.agent_port, 60)
+
+        invoke = url_invoker(agent_url, timeout_s=120)
+
+        async def run() -> list[Trial]:
+            await warm_up(tts_url, invoke)
+            print(f'prompt: "{args.prompt}"', flush=True)
+            return await collect(invoke, args)
+
+        trials = asyncio.run(run())
+        print()
+        code = report(trials, str(out))
+        print(
+            "\nTime to first audio is measured by the client: request sent → first audio chunk received. Bidi "
+            "speaks the first sentence while the LLM writes the rest; batch waits for the whole reply first."
+        )
+        print("stopping the servers ...", flush=True)
+    sys.exit(code)
+
+
+if __name__ == "__main__":
+    main()
