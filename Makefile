@@ -13,7 +13,7 @@ PYTHON312    = $(shell scripts/find_python.sh)
 
 export KOKORO_MODEL_DIR ?= $(abspath $(MODEL_DIR))
 
-.PHONY: help install weights serve demo agent test tf-check lint lock clean
+.PHONY: help install weights serve demo agent test tf-check lint lock clean deploy destroy
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -51,6 +51,12 @@ test: install ## lint, type-check, the test suite, and the Terraform checks
 
 tf-check: $(VENV)/.installed ## Terraform only: fmt, validate, mocked tests, checkov, apply/destroy against moto
 	scripts/terraform_checks.sh
+
+deploy: $(VENV)/.installed ## deploy the endpoint and agent runtime to AWS (BEDROCK_MODEL_ID=... required; docs/deploy.md)
+	scripts/deploy.sh
+
+destroy: $(VENV)/.installed ## remove the deployment (DESTROY_SHARED=1: the images and weights too; docs/deploy.md)
+	scripts/destroy.sh
 
 lint: $(VENV)/.installed ## ruff and mypy only
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check . && $(VENV)/bin/mypy

@@ -42,6 +42,7 @@ from smithy_core.interceptors import Interceptor, RequestContext, ResponseContex
 from smithy_http.aio.crt import AWSCRTHTTPClient, AWSCRTHTTPClientConfig
 from smithy_http.aio.interfaces import HTTPRequest, HTTPResponse
 
+from ..aws_credentials import Boto3CredentialsResolver
 from .base import (
     AudioEvent,
     SessionOptions,
@@ -65,7 +66,7 @@ type CredentialsResolver = Any  # IdentityResolver[AWSCredentialsIdentity, AWSId
 class SageMakerBidiTransport:
     """Opens TTS sessions on a SageMaker endpoint, each one InvokeEndpointWithBidirectionalStream call.
 
-    ``credentials=None`` uses the SDK's default chain (environment, profile, container, IMDS). ``endpoint_uri``
+    ``credentials=None`` uses boto3's credential chain (see aws_credentials.py). ``endpoint_uri``
     overrides the regional endpoint (the local stand-in, a VPC endpoint). TLS trusts what awscrt trusts: the
     system CA bundle, and the file ``SSL_CERT_FILE`` names if set (docs/sagemaker-standin.md).
     """
@@ -83,7 +84,7 @@ class SageMakerBidiTransport:
         self.region = region
         self.endpoint_uri = endpoint_uri or DEFAULT_ENDPOINT.format(region=region)
         self.target_variant = target_variant
-        self._credentials = credentials
+        self._credentials = credentials if credentials is not None else Boto3CredentialsResolver()
         # Each session gets a copy (the SDK's own __deepcopy__: same CRT event loop, a connection of its own), so
         # closing a session ends its HTTP/2 connection and nobody else's. HTTP/2 or nothing: over HTTP/1.1 the CRT
         # client would buffer the whole request body before sending it.
@@ -97,9 +98,11 @@ class SageMakerBidiTransport:
         # credentials); each call swaps in a CRT client of its own (see open_session).
         async with self._client_lock:
             if self._client is None:
-                overrides: dict[str, Any] = {"region": self.region, "endpoint_uri": self.endpoint_uri}
-                if self._credentials is not None:
-                    overrides["aws_credentials_identity_resolver"] = self._credentials
+                overrides: dict[str, Any] = {
+                    "region": self.region,
+                    "endpoint_uri": self.endpoint_uri,
+                    "aws_credentials_identity_resolver": self._credentials,
+                }
                 config = await AsyncSageMakerRuntimeHTTP2Config.resolve(**overrides)
                 self._client = AsyncSageMakerRuntimeHTTP2Client(config=config)
             return self._client

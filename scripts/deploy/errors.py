@@ -1,0 +1,5 @@
+"""One base class, so the command line can report any step's failure in one line without a traceback."""
+
+
+class DeployError(Exception):
+    pass

@@ -1,0 +1,53 @@
+# shellcheck shell=bash
+# shellcheck disable=SC2034 # STEP and DEPLOYMENT_VARS are read by the scripts that source this file
+# Sourced by scripts/deploy.sh and scripts/destroy.sh (after `cd` to the repository root): the environment and
+# the terraform helpers both use.
+
+PY=${PYTHON:-$PWD/.venv/bin/python}
+if [ ! -x "$PY" ]; then
+  echo "$(basename "$0"): $PY not found: run make install first" >&2
+  exit 2
+fi
+deploy_py() { "$PY" -m scripts.deploy "$@"; }
+
+export GIT_OPTIONAL_LOCKS=0 # nothing here may touch the git index
+export TF_IN_AUTOMATION=1 TF_INPUT=0 CHECKPOINT_DISABLE=1
+# A CLI config path that does not exist only produces warnings on every command.
+if [ -n "${TF_CLI_CONFIG_FILE:-}" ] && [ ! -f "$TF_CLI_CONFIG_FILE" ]; then unset TF_CLI_CONFIG_FILE; fi
+
+# The deployment root's variables, written by deploy.sh and read by destroy.sh. Not an *.auto.tfvars.json:
+# `terraform test` would load one into the root's tests.
+VAR_FILE=deploy.tfvars.json
+DEPLOYMENT_VARS=terraform/deployment/$VAR_FILE
+
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/kokoro-deploy.XXXXXX")
+STEP=preflight
+
+step() {
+  STEP=$1
+  echo
+  echo "== $1"
+}
+
+tf() { # ROOT terraform-args...
+  local root=$1
+  shift
+  terraform -chdir="terraform/$root" "$@"
+}
+
+tf_init() { # ROOT: the local provider mirror when this machine has one, else the registry
+  local args=(-input=false -no-color) plugin_dir
+  if plugin_dir=$(scripts/find_tf_plugin_dir.sh 2>/dev/null); then
+    args+=("-plugin-dir=$plugin_dir")
+  fi
+  if ! tf "$1" init "${args[@]}" >"$WORK/init-$1.log" 2>&1; then
+    cat "$WORK/init-$1.log" >&2
+    return 1
+  fi
+}
+
+tf_has_resources() { # ROOT: true when the root's state holds resources (after tf_init)
+  local listed
+  listed=$(tf "$1" state list 2>/dev/null) || listed=
+  [ -n "$listed" ]
+}
