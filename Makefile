@@ -8,12 +8,13 @@ MODEL_DIR   ?= models/kokoro
 PORT        ?= 8080
 HOST        ?= 127.0.0.1
 TTS_URL     ?= http://127.0.0.1:8080
+TARGET      ?= local
 UV          := $(shell command -v uv 2>/dev/null || echo "$(HOME)/.local/bin/uv")
 PYTHON312    = $(shell scripts/find_python.sh)
 
 export KOKORO_MODEL_DIR ?= $(abspath $(MODEL_DIR))
 
-.PHONY: help install weights serve demo agent test tf-check lint lock clean deploy destroy
+.PHONY: help install weights serve demo agent bench test tf-check lint lock clean deploy destroy
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -41,6 +42,9 @@ demo: install ## the embedded default end to end: TTS server + agent + scripted 
 
 agent: install ## run the agent app locally on the scripted model (make agent PORT=8081 TTS_URL=...)
 	TTS_URL=$(TTS_URL) $(VENV)/bin/voice-agent serve --host $(HOST) --port $(PORT)
+
+bench: install ## benchmarks (TARGET=local|deployed, QUICK=1): bench/results/latest.{json,md} and plots
+	$(PY) -m scripts.bench --target $(TARGET) $(if $(QUICK),--quick)
 
 test: install ## lint, type-check, the test suite, and the Terraform checks
 	$(VENV)/bin/ruff check .

@@ -154,9 +154,7 @@ def test_local_source_copies_and_verifies(mirror_layout: WeightLayout, tmp_path:
     assert layout.onnx_path.read_bytes() == mirror_layout.onnx_path.read_bytes()
 
 
-def test_local_source_refuses_a_damaged_copy_and_leaves_no_manifest(
-    layout_copy: WeightLayout, tmp_path: Path
-) -> None:
+def test_local_source_refuses_a_damaged_copy_and_leaves_no_manifest(layout_copy: WeightLayout, tmp_path: Path) -> None:
     data = bytearray(layout_copy.voice_path("bf_emma").read_bytes())
     data[0] ^= 1
     layout_copy.voice_path("bf_emma").write_bytes(bytes(data))

@@ -1,0 +1,167 @@
+"""Run the benchmark: ``python -m scripts.bench [--quick] [--target local|deployed] [--out DIR]``.
+
+Local (the default) starts the real server on a free port and loads our engine in this process too (for the naive
+baseline and the kokoro-onnx comparison), then runs the sections one after the other, never two at once, so they
+do not compete for the cores. Writes DIR/latest.json, DIR/latest.md, DIR/isolated_tts.png and DIR/load.png.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import platform
+import sys
+import time
+from collections.abc import Awaitable
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import nullcontext
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from .client import REPO, cpu_model, drain, local_server
+from .end_to_end import TTSTarget, run_end_to_end
+from .report import SECTIONS, Section, plot_isolated, plot_load, write_json, write_markdown
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How much of everything to measure: the full run, or --quick (a CI smoke test, under 2 minutes)."""
+
+    trials: int
+    levels: list[int]
+    segments: int
+    e2e_trials: int
+    peer_trials: int
+    peer_sentences: int | None  # None: every sentence of the reply
+    peer_ttfa_trials: int  # 0: not measured (kokoro-onnx's first audio is the whole text's synthesis: ~10 s each)
+    # --quick must stay under 2 minutes: on a machine slow (or busy) enough to have used this much by the time
+    # peer's turn comes, peer is skipped, and its headline says so.
+    peer_after_s: float | None = None
+
+    @classmethod
+    def of(cls, quick: bool) -> Plan:
+        if quick:
+            return cls(2, [1, 2], 4, 1, 1, 2, 0, peer_after_s=80.0)
+        return cls(5, [1, 2, 4, 8, 16], 24, 3, 3, None, 2)
+
+
+def machine_info(backend: str) -> dict[str, Any]:
+    import onnxruntime
+
+    return {
+        "cores": os.cpu_count(),
+        "cpu_model": cpu_model(),
+        "backend": backend,
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "onnxruntime": onnxruntime.__version__,
+    }
+
+
+async def timed(name: str, work: Awaitable[Section]) -> Section:
+    print(f"[bench] {name} ...", file=sys.stderr, flush=True)
+    started = time.perf_counter()
+    section = await work
+    section.data["elapsed_s"] = time.perf_counter() - started
+    print(f"[bench] {name}: {section.headline}", file=sys.stderr, flush=True)
+    return section
+
+
+async def run_local(plan: Plan, url: str | None, started: float) -> tuple[dict[str, Any], dict[str, Section]]:
+    from .inproc import InProcess
+    from .isolated import run_isolated
+    from .load import run_load
+    from .peer import run_peer
+    from .transport import run_transport
+
+    with ThreadPoolExecutor(1) as pool:
+        loading = pool.submit(InProcess.load)  # meanwhile the server starts in its own process
+        with local_server() if url is None else nullcontext(url.rstrip("/")) as base:
+            inproc = loading.result()
+            inproc.engine.start()  # the deadline scheduler's worker, for TTSEngine.stream
+            try:
+                sections = {
+                    "isolated_tts": await timed("isolated_tts", run_isolated(base, inproc, plan.trials)),
+                    "end_to_end": await timed(
+                        "end_to_end", run_end_to_end(TTSTarget("local", url=base), plan.e2e_trials, lambda: drain(base))
+                    ),
+                    "transport": await timed("transport", run_transport(base, plan.segments)),
+                    "load": await timed("load", run_load(base, plan.levels)),
+                }
+                # Last, with the server idle: the comparison runs in this process.
+                used = time.perf_counter() - started
+                if plan.peer_after_s is not None and used > plan.peer_after_s:
+                    sections["peer"] = Section.skipped(
+                        f"--quick had used {used:.0f} s (peer runs only within {plan.peer_after_s:.0f} s)"
+                    )
+                else:
+                    sections["peer"] = await timed(
+                        "peer",
+                        run_peer(
+                            inproc, plan.peer_trials, n_sentences=plan.peer_sentences, ttfa_trials=plan.peer_ttfa_trials
+                        ),
+                    )
+            finally:
+                await inproc.engine.stop()
+    return machine_info(inproc.backend), sections
+
+
+async def run_deployed(plan: Plan) -> tuple[dict[str, Any], dict[str, Section]]:
+    from .deployed import read_deployment, run_isolated_deployed
+
+    deployment = read_deployment()  # exits with a clear message when nothing is deployed
+    target = TTSTarget("deployed", endpoint_name=deployment.endpoint_name, region=deployment.region)
+    local_only = "local-only section (run `make bench` for it)"
+    sections = {
+        "isolated_tts": await timed("isolated_tts", run_isolated_deployed(deployment, plan.trials)),
+        "end_to_end": await timed("end_to_end", run_end_to_end(target, plan.e2e_trials)),
+        "transport": Section.skipped(local_only),
+        "load": Section.skipped(f"{local_only}: not run against a paid endpoint"),
+        "peer": Section.skipped(local_only),
+    }
+    sections["end_to_end"].data["agent_runtime_arn"] = deployment.agent_runtime_arn
+    backend = f"SageMaker endpoint {deployment.endpoint_name} ({deployment.region}); client on this machine"
+    return machine_info(backend), sections
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m scripts.bench", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="CI smoke: 2 trials, sessions 1,2, 4 segments")
+    parser.add_argument("--target", choices=("local", "deployed"), default="local")
+    parser.add_argument("--out", type=Path, default=REPO / "bench" / "results", help="default: bench/results")
+    parser.add_argument("--url", help="local: measure this running server instead of starting one")
+    args = parser.parse_args(argv)
+    plan = Plan.of(args.quick)
+
+    started_at = datetime.now(UTC).isoformat(timespec="seconds")
+    started = time.perf_counter()
+    if args.target == "deployed":
+        machine, sections = asyncio.run(run_deployed(plan))
+    else:
+        machine, sections = asyncio.run(run_local(plan, args.url, started))
+    run = {
+        "started": started_at,
+        "elapsed_s": time.perf_counter() - started,
+        "mode": "quick" if args.quick else "full",
+        "target": args.target,
+    }
+    assert set(sections) == set(SECTIONS), sorted(sections)
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    write_json(args.out / "latest.json", run, machine, sections)
+    write_markdown(args.out / "latest.md", run, machine, sections)
+    plot_isolated(args.out / "isolated_tts.png", sections["isolated_tts"].tables[0][1], machine)
+    if levels := sections["load"].data.get("levels"):
+        plot_load(args.out / "load.png", levels, machine)
+
+    print(f"Machine: {machine['cores']} cores, {machine['cpu_model']}, backend {machine['backend']}")
+    for name in SECTIONS:
+        print(f"- {name}: {sections[name].headline}")
+    print(f"took {run['elapsed_s']:.0f} s; wrote {args.out}/latest.json, latest.md and the plots")
+
+
+if __name__ == "__main__":
+    main()

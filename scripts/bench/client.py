@@ -1,0 +1,247 @@
+"""Clients of the TTS server and small statistics, shared by ``scripts/bench_tts.py`` and ``python -m scripts.bench``.
+
+Time to first audio (TTFA) is measured from the moment the request leaves to the first audio byte received, so it
+includes what a caller waits for: G2P, the first chunk's inference, encoding and the wire.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import platform
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+from websockets.asyncio.client import connect
+
+REPO = Path(__file__).resolve().parents[2]
+SHORT = "Sure, I can help with that."
+LONG = (
+    "Thanks for reaching out about your order. I checked our system and it shipped this morning from our "
+    "warehouse in Ohio. You should receive it by Thursday afternoon, and a tracking link is on its way to your "
+    "email. Is there anything else I can help you with today, Sam?"
+)
+SAMPLE_RATE = 24_000
+BYTES_PER_SECOND = SAMPLE_RATE * 2  # 16-bit mono PCM
+WS_PATH = "/invocations-bidirectional-stream"
+
+
+@dataclass
+class Sample:
+    ttfa_ms: float
+    total_ms: float
+    audio_s: float
+    synth_ms: float | None = None  # the server's compute time (WS synthesis_complete), when it reports one
+
+    @property
+    def rtf(self) -> float:
+        return (self.total_ms / 1000) / self.audio_s if self.audio_s else float("nan")
+
+
+def pct(values: Sequence[float], q: float) -> float:
+    """Nearest-rank percentile: with 5 trials p95 is the slowest one, never an interpolation between two."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def model_dir() -> Path:
+    return Path(os.environ.get("KOKORO_MODEL_DIR", str(REPO / "models" / "kokoro")))
+
+
+def ws_url(url: str) -> str:
+    return url.replace("http", "ws", 1) + WS_PATH
+
+
+async def post_once(client: httpx.AsyncClient, url: str, text: str, *, first_audio_only: bool = False) -> Sample:
+    """One POST /invocations. ``first_audio_only`` stops reading at the first audio byte: see ``post_first_audio``."""
+    started = time.perf_counter()
+    ttfa, size = None, 0
+    async with client.stream("POST", f"{url}/invocations", json={"text": text}) as response:
+        response.raise_for_status()
+        async for part in response.aiter_raw():
+            if ttfa is None and part:
+                ttfa = time.perf_counter() - started
+            size += len(part)
+            if first_audio_only and ttfa is not None:
+                break
+    total = time.perf_counter() - started
+    return Sample(1000 * (ttfa or total), 1000 * total, 0.0 if first_audio_only else size / BYTES_PER_SECOND)
+
+
+async def post_first_audio(url: str, text: str) -> Sample:
+    """Time to first audio over POST /invocations (h2c), then a real hang-up (then call ``drain``).
+
+    httpcore never resets an HTTP/2 stream whose response is closed early (it only forgets it), so on a shared
+    connection the server would go on synthesizing the whole reply for nobody. A connection of its own, closed at
+    the first byte, is a hang-up the server sees.
+    """
+    async with httpx.AsyncClient(http1=False, http2=True, timeout=300) as client:
+        await client.get(f"{url}/ping")  # connected first: the clock counts from the request, as ws_once's does
+        return await post_once(client, url, text, first_audio_only=True)
+
+
+async def ws_once(url: str, text: str, *, first_audio_only: bool = False) -> Sample:
+    """One utterance on a fresh session; the clock starts when the text is sent, after the handshake.
+
+    ``first_audio_only`` hangs up at the first audio byte (then call ``drain``)."""
+    async with connect(ws_url(url)) as ws:
+        started = time.perf_counter()
+        await ws.send(json.dumps({"text": text}))
+        ttfa, size, synth_ms = None, 0, None
+        while True:
+            message = await ws.recv()
+            if isinstance(message, bytes):
+                ttfa = ttfa or time.perf_counter() - started
+                size += len(message)
+                if first_audio_only:
+                    break
+                continue
+            frame = json.loads(message)
+            if frame["type"] == "error":
+                raise RuntimeError(f"the TTS server refused the text: {frame}")
+            if frame["type"] == "synthesis_complete":
+                synth_ms = float(frame["synth_ms"])
+                break
+        total = time.perf_counter() - started
+    return Sample(1000 * (ttfa or total), 1000 * total, 0.0 if first_audio_only else size / BYTES_PER_SECOND, synth_ms)
+
+
+async def drain(url: str) -> None:
+    """Returns once the server's inference worker is idle, after a client hung up mid-utterance.
+
+    Hanging up stops an utterance, but the chunk already running in the worker thread runs to its end (onnxruntime
+    cannot be interrupted). A tiny utterance queues behind it, so its completion means the worker is free: the next
+    measurement then starts on an idle server without waiting for the whole reply. This holds for the server's
+    default of one inference worker (KOKORO_WORKERS=1), which is what ``local_server`` runs.
+    """
+    await ws_once(url, "Okay.")
+
+
+async def ws_utterances(url: str, texts: Sequence[str], fmt: str = "pcm") -> list[tuple[bytes, dict[str, Any]]]:
+    """Every text as one utterance of ONE session: (its audio bytes, its synthesis_complete), in order."""
+    audio = [bytearray() for _ in texts]
+    done: list[dict[str, Any]] = [{} for _ in texts]
+    async with connect(ws_url(url), max_size=None) as ws:
+        await ws.send(json.dumps({"type": "config", "format": fmt}))
+        for i, text in enumerate(texts):
+            await ws.send(json.dumps({"type": "synthesize", "text": text, "id": str(i)}))
+        await ws.send(json.dumps({"type": "close"}))
+        current: int | None = None
+        async for message in ws:  # ends when the server closes after the last utterance
+            if isinstance(message, bytes):
+                assert current is not None, "audio outside an utterance"
+                audio[current] += message
+                continue
+            frame = json.loads(message)
+            if frame["type"] == "error":
+                raise RuntimeError(f"the TTS server refused an utterance: {frame}")
+            if frame["type"] == "synthesis_start":
+                current = int(frame["id"])
+            elif frame["type"] == "synthesis_complete":
+                done[int(frame["id"])] = frame
+    missing = [i for i, frame in enumerate(done) if not frame]
+    if missing:
+        raise RuntimeError(f"utterances {missing} never completed")
+    return [(bytes(a), d) for a, d in zip(audio, done, strict=True)]
+
+
+async def concurrent(url: str, sessions: int, text: str = LONG) -> dict[str, object]:
+    """``sessions`` sessions speak ``text`` at once while a probe GETs /ping every 100 ms."""
+    stop = asyncio.Event()
+    ping_ms: list[float] = []
+
+    async def probe() -> None:
+        async with httpx.AsyncClient(timeout=10) as client:
+            while not stop.is_set():
+                started = time.perf_counter()
+                await client.get(f"{url}/ping")
+                ping_ms.append(1000 * (time.perf_counter() - started))
+                await asyncio.sleep(0.1)
+
+    prober = asyncio.create_task(probe())
+    started = time.perf_counter()
+    samples = await asyncio.gather(*(ws_once(url, text) for _ in range(sessions)))
+    wall = time.perf_counter() - started
+    stop.set()
+    await prober
+    ttfa = [s.ttfa_ms for s in samples]
+    return {
+        "sessions": sessions,
+        "ttfa_p50_ms": pct(ttfa, 0.5),
+        "ttfa_p95_ms": pct(ttfa, 0.95),
+        "aggregate_rtf": wall / sum(s.audio_s for s in samples),
+        "ping_p50_ms": pct(ping_ms, 0.5),
+        "ping_max_ms": max(ping_ms),
+    }
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextmanager
+def local_server(ready_timeout_s: float = 180) -> Iterator[str]:
+    """The real server (``serve``, Hypercorn) in a child process on a free port; its base URL once /ping is 200."""
+    port = free_port()
+    env = {**os.environ, "KOKORO_MODEL_DIR": str(model_dir())}
+    serve = Path(sys.executable).parent / "serve"
+    process = subprocess.Popen(
+        [str(serve), "--host", "127.0.0.1", "--port", str(port)], env=env, stderr=subprocess.DEVNULL
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + ready_timeout_s
+        while time.monotonic() < deadline:
+            if process.poll() is not None:
+                raise SystemExit(f"the TTS server exited with code {process.returncode} before it was ready")
+            try:
+                if httpx.get(f"{url}/ping", timeout=2).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            time.sleep(0.2)
+        else:
+            raise SystemExit("the TTS server did not become ready")
+        yield url
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def machine() -> str:
+    backend = os.environ.get("KOKORO_BACKEND", "onnx")
+    return f"{os.cpu_count()} cores, {platform.machine()}, {cpu_model()}, backend {backend}"
+
+
+def table(rows: list[dict[str, object]]) -> str:
+    keys = list(rows[0])
+    lines = ["| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
+    for row in rows:
+        cells = ["" if v is None else f"{v:.2f}" if isinstance(v, float) else str(v) for v in row.values()]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)

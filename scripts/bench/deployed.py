@@ -1,0 +1,117 @@
+"""--target deployed: the endpoint and runtime from Terraform's outputs, and the measurements over SageMaker.
+
+Only what needs the deployment is measured there: isolated_tts over the bidirectional stream (a, b) and the
+response stream (c), and end_to_end with the pipelines running here against the endpoint. The SageMaker
+transports are imported only in this mode: they pull in the AWS SDK.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from .client import Sample
+from .isolated import summarize
+from .report import Section
+from .texts import FIRST_SENTENCE, REPLY
+
+TERRAFORM_DIR = "terraform/deployment"
+
+
+@dataclass(frozen=True)
+class Deployment:
+    endpoint_name: str
+    region: str
+    agent_runtime_arn: str | None
+
+
+def read_deployment(chdir: str = TERRAFORM_DIR) -> Deployment:
+    """Terraform's outputs, or SystemExit saying what is missing (nothing here deploys anything)."""
+    command = ["terraform", f"-chdir={chdir}", "output", "-json", "-no-color"]
+    try:
+        result = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
+    except FileNotFoundError:
+        raise SystemExit("--target deployed needs terraform on PATH to read the deployment's outputs") from None
+    except subprocess.TimeoutExpired:
+        raise SystemExit(f"`{' '.join(command)}` did not answer within 120 s") from None
+    if result.returncode != 0:
+        error = result.stderr[result.stderr.find("Error:") :] if "Error:" in result.stderr else result.stderr
+        raise SystemExit(f"not deployed (or terraform not initialised): `{' '.join(command)}` failed:\n{error.strip()}")
+    outputs: dict[str, Any] = json.loads(result.stdout or "{}")
+
+    def value(name: str) -> str | None:
+        found = outputs.get(name, {}).get("value")
+        return str(found) if found else None
+
+    endpoint = value("endpoint_name")
+    if not endpoint:
+        raise SystemExit(f"not deployed: {chdir} has no endpoint_name output (deploy first, then rerun)")
+    # The endpoint ARN names its region: arn:aws:sagemaker:REGION:ACCOUNT:endpoint/NAME.
+    arn = value("endpoint_arn") or ""
+    region = arn.split(":")[3] if arn.count(":") >= 5 else os.environ.get("AWS_REGION", "")
+    if not region:
+        raise SystemExit("cannot tell the endpoint's region: no endpoint_arn output and AWS_REGION is not set")
+    return Deployment(endpoint, region, value("agent_runtime_arn"))
+
+
+async def bidi_once(transport: Any, text: str) -> Sample:
+    """One utterance on a fresh bidirectional stream; the clock starts when the text is sent, after the open."""
+    from voice_agent.transports.base import AudioEvent, SessionOptions
+
+    session = await transport.open_session(SessionOptions())
+    try:
+        started = time.perf_counter()
+        await session.send_text(text, "1")
+        await session.finish()
+        ttfa, size, synth_ms = None, 0, None
+        async for event in session.events():
+            if isinstance(event, AudioEvent):
+                ttfa = ttfa or time.perf_counter() - started
+                size += len(event.data)
+            elif event.type == "error":
+                raise RuntimeError(f"the endpoint refused the text: {event.message}")
+            elif event.type == "synthesis_complete":
+                synth_ms = float(event.message.get("synth_ms") or 0.0)
+                break
+        total = time.perf_counter() - started
+    finally:
+        await session.aclose()
+    return Sample(1000 * (ttfa or total), 1000 * total, size / 48_000, synth_ms)
+
+
+async def batch_once(batch: Any, text: str) -> Sample:
+    from voice_agent.transports.base import SessionOptions
+
+    started = time.perf_counter()
+    ttfa, size = None, 0
+    async for data in batch.synthesize(text, SessionOptions()):
+        ttfa = ttfa or time.perf_counter() - started
+        size += len(data)
+    total = time.perf_counter() - started
+    return Sample(1000 * (ttfa or total), 1000 * total, size / 48_000)
+
+
+async def run_isolated_deployed(deployment: Deployment, trials: int) -> Section:
+    from voice_agent.transports.sagemaker_batch import SageMakerBatchTTS
+    from voice_agent.transports.sagemaker_bidi import SageMakerBidiTransport
+
+    bidi = SageMakerBidiTransport(deployment.endpoint_name, deployment.region)
+    batch = SageMakerBatchTTS(deployment.endpoint_name, region_name=deployment.region)
+    samples: dict[str, list[Sample]] = {"a": [], "b": [], "c": []}
+    try:
+        await bidi_once(bidi, FIRST_SENTENCE)  # not timed: credentials, the SDK client and a warm instance
+        for _ in range(trials):
+            samples["a"].append(await bidi_once(bidi, REPLY))
+            samples["b"].append(await bidi_once(bidi, FIRST_SENTENCE))
+            samples["c"].append(await batch_once(batch, REPLY))
+    finally:
+        await bidi.aclose()
+    section = summarize(samples, trials, naive_how=None)
+    section.data["endpoint"] = deployment.endpoint_name
+    section.data["transport"] = "SageMaker InvokeEndpointWithBidirectionalStream (a, b); response stream (c)"
+    section.headline += f" (SageMaker endpoint {deployment.endpoint_name}; (d) is local-only)"
+    return section

@@ -1,0 +1,178 @@
+"""end_to_end: one prompt through the agent's two pipelines, with the scripted (simulated) LLM.
+
+``voice_agent.pipeline.run_bidi`` streams each sentence into one open TTS session as soon as the LLM completes it;
+``run_batch`` waits for the whole reply and makes one streaming synthesis call. Both stamp every event with
+``t_ms`` since ``agent_start``; we record the first ``audio_chunk``, the first ``sentence`` and the gap between
+them, and the ratio batch/bidi of the first audio (the seed: 2.4× local, 3.5× deployed).
+
+The pipeline is another module's work: it is looked up at run time, and when it is missing (or its interface is not
+the one expected) the section says "not measured" and the run goes on.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+import threading
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import aclosing
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+
+from .client import pct
+from .report import Row, Section
+from .texts import SEED_BIDI_SPEEDUP
+
+PROMPT = "Where is my order, and when will it arrive?"
+NOT_AVAILABLE = "voice_agent.pipeline not available"
+Settle = Callable[[], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class TTSTarget:
+    """Where the pipelines' TTS goes: a local server's URL, or a SageMaker endpoint (deployed)."""
+
+    kind: str  # "local" or "deployed"
+    url: str | None = None
+    endpoint_name: str | None = None
+    region: str | None = None
+
+
+def _pipeline() -> ModuleType | str:
+    """The pipeline module, or why it cannot be used."""
+    try:
+        module = importlib.import_module("voice_agent.pipeline")
+    except Exception as exc:  # not written yet, or a dependency missing: either way not measurable now
+        return f"{NOT_AVAILABLE} ({type(exc).__name__}: {exc})"
+    missing = [name for name in ("run_bidi", "run_batch") if not callable(getattr(module, name, None))]
+    if missing:
+        return f"{NOT_AVAILABLE} (no {' / '.join(missing)} yet)"
+    return module
+
+
+def _channels(target: TTSTarget) -> tuple[Any, Any]:
+    """(bidi transport, batch TTS) for the target; imported here so a missing transport only skips this section."""
+    if target.kind == "deployed":
+        from voice_agent.transports.sagemaker_batch import SageMakerBatchTTS
+        from voice_agent.transports.sagemaker_bidi import SageMakerBidiTransport
+
+        assert target.endpoint_name and target.region
+        bidi = SageMakerBidiTransport(target.endpoint_name, target.region)
+        return bidi, SageMakerBatchTTS(target.endpoint_name, region_name=target.region)
+    from voice_agent.transports.http_batch import HTTPBatchTTS
+    from voice_agent.transports.local_ws import LocalWSTransport
+
+    assert target.url
+    return LocalWSTransport(target.url), HTTPBatchTTS(target.url)
+
+
+def _scripted_source(model: Any, prompt: str) -> Callable[[threading.Event], AsyncIterator[str]]:
+    """The model's stream as the pipeline's TextSource: its text deltas, stopped by the cancel event."""
+
+    async def source(cancel: threading.Event) -> AsyncIterator[str]:
+        messages = [{"role": "user", "content": [{"text": prompt}]}]
+        async for event in model.stream(messages, cancel_signal=cancel):
+            text = event.get("contentBlockDelta", {}).get("delta", {}).get("text")
+            if text:
+                yield text
+
+    return source
+
+
+async def _one(pipeline: ModuleType, mode: str, channel: Any, settle: Settle | None) -> Row:
+    """One reply; with ``settle``, stopped at its first audio (then ``settle`` waits for an idle server)."""
+    from voice_agent.scripted_model import ScriptedModel
+
+    model = ScriptedModel()  # the default cadence (0.6 s to the first token, 15 tokens/s), seeded: same every run
+    run = pipeline.run_bidi if mode == "bidi" else pipeline.run_batch
+    events = run(_scripted_source(model, PROMPT), channel, model_name=model.name, options=pipeline.PipelineOptions())
+    first_sentence = first_audio = None
+    metrics: dict[str, Any] = {}
+    async with aclosing(events) as stream:  # closing it cancels the LLM and hangs up the TTS
+        async for event in stream:
+            kind, t_ms = event["type"], float(event["t_ms"])
+            if kind == "sentence" and first_sentence is None:
+                first_sentence = t_ms
+            elif kind == "audio_chunk" and first_audio is None:
+                first_audio = t_ms
+                if settle is not None:
+                    break
+            elif kind == "error":
+                raise RuntimeError(f"{mode} ended with {event.get('code')}: {event.get('message')}")
+            elif kind == "agent_end":
+                metrics = dict(event.get("metrics") or {})
+    if settle is not None:
+        await settle()
+    if first_sentence is None or first_audio is None:
+        raise RuntimeError(f"{mode}: no sentence or no audio before agent_end")
+    return {
+        "mode": mode,
+        "first_sentence_ms": first_sentence,
+        "first_audio_ms": first_audio,
+        "sentence_to_audio_ms": first_audio - first_sentence,
+        "total_ms": metrics.get("total_ms"),  # only when the reply was heard to its end
+    }
+
+
+async def run_end_to_end(target: TTSTarget, trials: int, settle: Settle | None = None) -> Section:
+    """Both pipelines ``trials`` times each, alternating; "not measured" when the pipeline is not there.
+
+    ``settle``: stop each reply at its first audio, then await this (local: ``client.drain``) before the next one;
+    without it every reply plays to its end (deployed: an endpoint's instances cannot be drained from here).
+    """
+    pipeline = _pipeline()
+    if isinstance(pipeline, str):
+        return Section(f"not measured: {pipeline}", {"measured": False, "reason": pipeline})
+    bidi_transport: Any = None
+    try:
+        bidi_transport, batch_tts = _channels(target)
+        runs: dict[str, list[Row]] = {"bidi": [], "batch": []}
+        for _ in range(trials):
+            runs["bidi"].append(await _one(pipeline, "bidi", bidi_transport, settle))
+            runs["batch"].append(await _one(pipeline, "batch", batch_tts, settle))
+    except Exception as exc:  # the pipeline is being written: a failure is reported, the other sections still run
+        print(f"end_to_end failed: {exc!r}", file=sys.stderr)
+        reason = f"the pipeline failed: {type(exc).__name__}: {exc}"
+        return Section(f"not measured: {reason}", {"measured": False, "reason": reason})
+    finally:
+        aclose = getattr(bidi_transport, "aclose", None)  # the SageMaker transport holds an SDK client
+        if aclose is not None:
+            await aclose()
+    return _summary(target, trials, runs)
+
+
+def _summary(target: TTSTarget, trials: int, runs: dict[str, list[Row]]) -> Section:
+    modes: dict[str, Row] = {}
+    for mode, rows in runs.items():
+        modes[mode] = {
+            "mode": mode,
+            "trials": len(rows),
+            **{
+                f"{key}_p50": pct([float(r[key]) for r in rows], 0.5)
+                for key in ("first_sentence_ms", "first_audio_ms", "sentence_to_audio_ms")
+            },
+        }
+    speedup = float(modes["batch"]["first_audio_ms_p50"]) / float(modes["bidi"]["first_audio_ms_p50"])
+    seed = SEED_BIDI_SPEEDUP[target.kind]
+    headline = (
+        f"first audio after agent_start (p50, scripted LLM): bidi {modes['bidi']['first_audio_ms_p50']:.0f} ms, "
+        f"batch {modes['batch']['first_audio_ms_p50']:.0f} ms: bidi is {speedup:.2f}× sooner "
+        f"(the seed: {seed}× {target.kind}); first sentence → first audio: bidi "
+        f"{modes['bidi']['sentence_to_audio_ms_p50']:.0f} ms, batch {modes['batch']['sentence_to_audio_ms_p50']:.0f} ms"
+    )
+    return Section(
+        headline,
+        {
+            "measured": True,
+            "target": target.kind,
+            "prompt": PROMPT,
+            "llm": "scripted (simulated LLM): 0.6 s to the first token, 15 tokens/s",
+            "trials": trials,
+            "modes": modes,
+            "batch_over_bidi_first_audio": speedup,
+            "seed_speedup": SEED_BIDI_SPEEDUP,
+            "runs": runs,
+        },
+        [("Per mode, ms after agent_start (p50)", list(modes.values())), ("Every run", runs["bidi"] + runs["batch"])],
+    )

@@ -1,0 +1,136 @@
+"""isolated_tts: time to first audio for the 267-character reply, the TTS server alone (no LLM).
+
+(a) the whole reply as one message on the WS session (the server chunks it into sentences itself),
+(b) its first sentence alone on the WS session (what a sentence-streaming agent sends first),
+(c) the whole reply over POST /invocations (the same server-side chunked streaming, over HTTP),
+(d) the naive baseline: one synthesis call on the whole reply, no chunking: G2P of the whole text, then the
+    backend once on all of its phonemes (in this process, so not even the wire is counted against it).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Awaitable, Callable
+
+from .client import SHORT, Sample, drain, pct, post_first_audio, ws_once
+from .inproc import InProcess
+from .report import Row, Section
+from .texts import FIRST_SENTENCE, REPLY, SEED_FIRST_SENTENCE_GAIN_PCT, SEED_FIRST_SENTENCE_MS, SEED_WHOLE_MS
+
+VARIANTS = {
+    "a": "(a) whole, WS",
+    "b": "(b) 1st sentence, WS",
+    "c": "(c) whole, POST stream",
+    "d": "(d) naive 1 call",
+}
+NAIVE_HOW = "our backend called once on the whole text's phonemes (one batch, in-process)"
+
+
+async def run_isolated(url: str, inproc: InProcess, trials: int) -> Section:
+    await ws_once(url, SHORT)  # the first session of a process pays for imports and connection setup
+    samples: dict[str, list[Sample]] = {key: [] for key in VARIANTS}
+    # The whole reply is heard from its first byte on: hang up there, then wait for the worker to be free (drain),
+    # rather than for 15 s of audio nobody measures. The first sentence alone is one chunk: it plays to its end.
+    variants: dict[str, tuple[Callable[[], Awaitable[Sample]], bool]] = {
+        "a": (lambda: ws_once(url, REPLY, first_audio_only=True), True),
+        "b": (lambda: ws_once(url, FIRST_SENTENCE), False),
+        "c": (lambda: post_first_audio(url, REPLY), True),
+    }
+    # Round-robin, not variant after variant: a burst of load from elsewhere then hits every variant alike.
+    for _ in range(trials):
+        for key, (measure, hung_up) in variants.items():
+            samples[key].append(await measure())
+            if hung_up:
+                await drain(url)
+        ms, audio_s = inproc.naive_whole(REPLY)
+        samples["d"].append(Sample(ms, ms, audio_s))
+    return summarize(samples, trials, naive_how=NAIVE_HOW)
+
+
+def _stats(key: str, values: list[Sample]) -> Row:
+    ttfa = [s.ttfa_ms for s in values]
+    return {
+        "variant": VARIANTS[key],
+        "trials": len(values),
+        "ttfa_mean_ms": statistics.fmean(ttfa),
+        "ttfa_p50_ms": pct(ttfa, 0.5),
+        "ttfa_p95_ms": pct(ttfa, 0.95),
+        "ttfa_min_ms": min(ttfa),
+        "ttfa_max_ms": max(ttfa),
+    }
+
+
+def gain_pct(before: float, after: float) -> float:
+    """How much less time ``after`` takes, in % of ``before`` (the seed's 329.3 → 156.7 ms is 52.4%)."""
+    return 100 * (before - after) / before
+
+
+def summarize(samples: dict[str, list[Sample]], trials: int, *, naive_how: str | None) -> Section:
+    rows = {key: _stats(key, values) for key, values in samples.items() if values}
+    p50 = {key: float(row["ttfa_p50_ms"]) for key, row in rows.items()}
+    mean = {key: float(row["ttfa_mean_ms"]) for key, row in rows.items()}
+    # The fastest trial is the one least disturbed by whatever else the machine runs: a steadier comparison.
+    best = {key: float(row["ttfa_min_ms"]) for key, row in rows.items()}
+    comparisons: dict[str, float] = {
+        "b_vs_a_gain_pct_p50": gain_pct(p50["a"], p50["b"]),
+        "b_vs_a_gain_pct_mean": gain_pct(mean["a"], mean["b"]),
+        "b_vs_a_gain_pct_min": gain_pct(best["a"], best["b"]),
+        "seed_b_vs_a_gain_pct": SEED_FIRST_SENTENCE_GAIN_PCT,
+    }
+    headline = (
+        f"TTFA p50 for the 267-char reply: whole over WS {p50['a']:.0f} ms, first sentence alone {p50['b']:.0f} ms: "
+        f"(b) vs (a) {comparisons['b_vs_a_gain_pct_p50']:+.1f}% (fastest trials: "
+        f"{comparisons['b_vs_a_gain_pct_min']:+.1f}%; the seed: +{SEED_FIRST_SENTENCE_GAIN_PCT}%, "
+        f"{SEED_WHOLE_MS} → {SEED_FIRST_SENTENCE_MS} ms)"
+    )
+    if "c" in p50:
+        headline += f"; POST stream {p50['c']:.0f} ms"
+    if "d" in p50:
+        for key in ("a", "c"):
+            if key in p50:
+                comparisons[f"{key}_vs_d_gain_pct_p50"] = gain_pct(p50["d"], p50[key])
+                comparisons[f"{key}_vs_d_speedup_p50"] = p50["d"] / p50[key]
+        nan = float("nan")
+        headline += (
+            f"; naive single synthesis (d: {naive_how}) {p50['d']:.0f} ms, so chunked streaming is "
+            f"{comparisons['a_vs_d_gain_pct_p50']:.1f}% (WS) / {comparisons.get('c_vs_d_gain_pct_p50', nan):.1f}% "
+            f"(POST) sooner, {comparisons['a_vs_d_speedup_p50']:.1f}× / "
+            f"{comparisons.get('c_vs_d_speedup_p50', nan):.1f}×"
+        )
+    table_rows = list(rows.values())
+    comparison_rows: list[Row] = [
+        {
+            "comparison": "(b) vs (a): first sentence alone vs whole",
+            "gain_p50_pct": comparisons["b_vs_a_gain_pct_p50"],
+            "gain_mean_pct": comparisons["b_vs_a_gain_pct_mean"],
+            "gain_min_pct": comparisons["b_vs_a_gain_pct_min"],
+            "seed_pct": SEED_FIRST_SENTENCE_GAIN_PCT,
+        }
+    ]
+    for key in ("a", "c"):
+        if f"{key}_vs_d_gain_pct_p50" in comparisons:
+            comparison_rows.append(
+                {
+                    "comparison": f"({key}) vs (d): chunked streaming vs naive",
+                    "gain_p50_pct": comparisons[f"{key}_vs_d_gain_pct_p50"],
+                    "gain_mean_pct": gain_pct(mean["d"], mean[key]),
+                    "gain_min_pct": gain_pct(best["d"], best[key]),
+                    "seed_pct": None,
+                }
+            )
+    return Section(
+        headline,
+        {
+            "text_chars": len(REPLY),
+            "trials": trials,
+            "naive_baseline": naive_how,
+            "variants": {key: rows[key] for key in rows},
+            "ttfa_samples_ms": {key: [s.ttfa_ms for s in values] for key, values in samples.items()},
+            "comparisons": comparisons,
+            "seed": {"whole_ms": SEED_WHOLE_MS, "first_sentence_ms": SEED_FIRST_SENTENCE_MS},
+        },
+        [
+            ("Time to first audio per variant (ms)", table_rows),
+            ("Relative improvement: p50, mean and fastest trials", comparison_rows),
+        ],
+    )

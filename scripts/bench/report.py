@@ -1,0 +1,130 @@
+"""The results: latest.json (numbers), latest.md (a table per section) and PNG plots, each naming the machine."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .client import table
+
+Row = dict[str, Any]
+SECTIONS = ("isolated_tts", "end_to_end", "transport", "load", "peer")
+
+
+@dataclass
+class Section:
+    """One section's result: a one-line headline, its numbers, and the tables latest.md shows."""
+
+    headline: str
+    data: dict[str, Any] = field(default_factory=dict)
+    tables: list[tuple[str, list[Row]]] = field(default_factory=list)
+
+    @classmethod
+    def skipped(cls, why: str, **data: Any) -> Section:
+        return cls(f"not measured: {why}", {"measured": False, **data})
+
+    def as_json(self) -> dict[str, Any]:
+        return {"headline": self.headline, **_rounded(self.data)}
+
+
+def _rounded(value: Any) -> Any:
+    """Floats to 0.1 for ms and % (noise is far larger), 2-3 digits for ratios; NaN to None: JSON has no NaN."""
+    if isinstance(value, float):
+        if math.isnan(value):
+            return None
+        return round(value, 3 if abs(value) < 1 else 2 if abs(value) < 10 else 1)
+    if isinstance(value, dict):
+        return {k: _rounded(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_rounded(v) for v in value]
+    return value
+
+
+def machine_line(machine: dict[str, Any]) -> str:
+    return f"{machine['cores']} cores, {machine['cpu_model']}, backend {machine['backend']}"
+
+
+def write_json(path: Path, run: dict[str, Any], machine: dict[str, Any], sections: dict[str, Section]) -> None:
+    document = {"run": _rounded(run), "machine": machine, **{name: sections[name].as_json() for name in SECTIONS}}
+    _atomic_write(path, json.dumps(document, indent=2) + "\n")
+
+
+def write_markdown(path: Path, run: dict[str, Any], machine: dict[str, Any], sections: dict[str, Section]) -> None:
+    where = machine_line(machine)
+    lines = [
+        "# Benchmark results",
+        "",
+        f"Machine: {where}. Target: {run['target']}; mode: {run['mode']}; {run['started']}; "
+        f"took {run['elapsed_s']:.0f} s. Absolute times compare only within this run: the ratios are the result.",
+    ]
+    for name in SECTIONS:
+        section = sections[name]
+        lines += ["", f"## {name}", "", f"**{section.headline}**"]
+        for title, rows in section.tables:
+            if rows:
+                lines += ["", f"{title} — {where}", "", table([_rounded(r) for r in rows])]
+    _atomic_write(path, "\n".join(lines) + "\n")
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def plot_isolated(path: Path, rows: list[Row], machine: dict[str, Any]) -> None:
+    """Bars per variant, p50 and p95 side by side."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(9, 4.8))
+    labels = [str(r["variant"]) for r in rows]
+    x = list(range(len(rows)))
+    width = 0.38
+    p50 = [float(r["ttfa_p50_ms"]) for r in rows]
+    p95 = [float(r["ttfa_p95_ms"]) for r in rows]
+    bars50 = ax.bar([i - width / 2 for i in x], p50, width, label="p50")
+    bars95 = ax.bar([i + width / 2 for i in x], p95, width, label="p95")
+    ax.bar_label(bars50, fmt="%.0f", fontsize=8)
+    ax.bar_label(bars95, fmt="%.0f", fontsize=8)
+    ax.set_xticks(x, labels, fontsize=8)
+    ax.set_ylabel("time to first audio (ms)")
+    ax.set_title(f"Isolated TTS: time to first audio, 267-character reply\n{machine_line(machine)}", fontsize=9)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_load(path: Path, rows: list[Row], machine: dict[str, Any]) -> None:
+    """TTFA p50/p95 and /ping p50/max against concurrent sessions, one panel each."""
+    plt = _pyplot()
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4.2))
+    sessions = [int(r["sessions"]) for r in rows]
+    left.plot(sessions, [r["ttfa_p50_ms"] for r in rows], "o-", label="TTFA p50")
+    left.plot(sessions, [r["ttfa_p95_ms"] for r in rows], "s--", label="TTFA p95")
+    left.set_ylabel("time to first audio (ms)")
+    right.plot(sessions, [r["ping_p50_ms"] for r in rows], "o-", label="/ping p50")
+    right.plot(sessions, [r["ping_max_ms"] for r in rows], "s--", label="/ping max")
+    right.set_ylabel("/ping latency (ms)")
+    for ax in (left, right):
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(sessions, [str(s) for s in sessions])
+        ax.set_xlabel("concurrent sessions")
+        ax.grid(alpha=0.3)
+        ax.legend()
+    fig.suptitle(f"Load: sessions speaking a 2-sentence reply at once\n{machine_line(machine)}", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _pyplot() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only: no display on a server or in CI
+    import matplotlib.pyplot as plt
+
+    return plt
