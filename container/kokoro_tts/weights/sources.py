@@ -56,9 +56,7 @@ MIRROR_ONNX = FileEntry("6e742170d309016e5891a994e1ce1559c702a2ccd0075e67ef71579
 
 # The 54 voice packs, from the kokoro-js npm package (Apache-2.0), pinned by the tarball's checksums.
 NPM_SPEC = "kokoro-js@1.2.1"
-NPM_INTEGRITY = (
-    "sha512-oq0HZJWis3t8lERkMJh84WLU86dpYD0EuBPtqYnLlQzyFP1OkyBRDcweAqCfhNOpltyN9j/azp1H6uuC47gShw=="
-)
+NPM_INTEGRITY = "sha512-oq0HZJWis3t8lERkMJh84WLU86dpYD0EuBPtqYnLlQzyFP1OkyBRDcweAqCfhNOpltyN9j/azp1H6uuC47gShw=="
 NPM_SHA256 = "1f0d0383ef0349af0bd9440d81dc12abbea3a5392eb645283eda876f537f5860"
 NPM_BYTES = 26_887_218
 _VOICE_MEMBER = re.compile(r"^package/voices/([A-Za-z0-9_]+)\.bin$")
@@ -265,9 +263,7 @@ class HubSource:
 
     name = "huggingface"
 
-    def __init__(
-        self, timeout: float | None = None, endpoint: str | None = None, cache_dir: str | None = None
-    ) -> None:
+    def __init__(self, timeout: float | None = None, endpoint: str | None = None, cache_dir: str | None = None) -> None:
         self.timeout = timeout if timeout is not None else float(os.environ.get("KOKORO_HF_TIMEOUT", "10"))
         self.endpoint = endpoint
         self.cache_dir = cache_dir
