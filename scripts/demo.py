@@ -125,6 +125,7 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=0, help="the TTS server's port (0: a free one)")
     parser.add_argument("--agent-port", type=int, default=0, help="the agent's port (0: a free one)")
     parser.add_argument("--model-dir", default=os.environ.get("KOKORO_MODEL_DIR", str(REPO / "models" / "kokoro")))
+    parser.add_argument("--keep", action="store_true", help="keep both servers (and the web page) up until Ctrl-C")
     parser.add_argument("--ready-timeout", type=float, default=300.0, help="seconds for the model to load")
     args = parser.parse_args()
     args.mode = "both"
@@ -141,8 +142,15 @@ def main() -> None:
             tts_url = start(stack, "TTS server", argv, tts_env, out / "demo-tts.log", args.port, args.ready_timeout)
         print(f"agent: the scripted (simulated) LLM, TTS at {tts_url}")
         argv = [sys.executable, "-m", "voice_agent.cli", "serve", "--host", "127.0.0.1"]
-        agent_env = {**env, "TTS_URL": tts_url, "AGENT_MODEL": "scripted", "TTS_ENDPOINT_NAME": ""}
+        agent_env = {
+            **env,
+            "TTS_URL": tts_url,
+            "AGENT_MODEL": "scripted",
+            "TTS_ENDPOINT_NAME": "",
+            "AGENT_WEB_PAGE": "1",
+        }
         agent_url = start(stack, "agent", argv, agent_env, out / "demo-agent.log", args.agent_port, 60)
+        print(f"web page: {agent_url}/ (bidi vs batch in the browser; up while the demo runs, longer with --keep)")
 
         invoke = url_invoker(agent_url, timeout_s=120)
 
@@ -158,6 +166,10 @@ def main() -> None:
             "\nTime to first audio is measured by the client: request sent → first audio chunk received. Bidi "
             "speaks the first sentence while the LLM writes the rest; batch waits for the whole reply first."
         )
+        if args.keep:
+            print(f"web page: {agent_url}/ (Ctrl-C to stop the servers)", flush=True)
+            with contextlib.suppress(KeyboardInterrupt):
+                signal.pause()
         print("stopping the servers ...", flush=True)
     sys.exit(code)
 

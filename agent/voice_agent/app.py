@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import threading
@@ -302,6 +303,10 @@ def create_app(
         batch = batch or default_batch
     factory: ModelFactory = model_factory or (lambda model_id: build_model(settings, model_id))
     app = BedrockAgentCoreApp(middleware=[Middleware(HangupMiddleware)])
+    if settings.web_page:  # the local demo page (docs/web.md); main() decides when it is unset
+        from .web import web_routes
+
+        app.router.routes.extend(web_routes())
     tts, batch_tts = transport, batch
 
     @app.entrypoint
@@ -322,6 +327,10 @@ def main(argv: list[str] | None = None) -> None:
         level=os.environ.get("LOG_LEVEL", "INFO"), format="%(asctime)s %(levelname)s %(name)s %(message)s"
     )
     settings = AgentSettings()
+    if settings.web_page is None:  # AGENT_WEB_PAGE unset: the page only on loopback (local runs, not the container)
+        from .web import is_loopback
+
+        settings = dataclasses.replace(settings, web_page=is_loopback(args.host))
     log.info(
         "voice agent on %s:%d: model %s, TTS %s",
         args.host,
@@ -329,6 +338,8 @@ def main(argv: list[str] | None = None) -> None:
         settings.model,
         settings.tts_endpoint_name or settings.tts_url,
     )
+    if settings.web_page:
+        log.info("web page: http://%s:%d/", args.host if ":" not in args.host else f"[{args.host}]", args.port)
     create_app(settings).run(port=args.port, host=args.host)
 
 

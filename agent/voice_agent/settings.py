@@ -31,6 +31,11 @@ def _bool(name: str, default: bool) -> bool:
     return default if not value else value in ("1", "true", "yes", "on")
 
 
+def _optional_bool(name: str) -> bool | None:
+    """None when unset, so the caller can pick a default from the context."""
+    return _bool(name, False) if os.environ.get(name, "").strip() else None
+
+
 @dataclass(frozen=True)
 class AgentSettings:
     # --- the LLM ---
@@ -66,6 +71,11 @@ class AgentSettings:
     chunk_min_chars: int = field(default_factory=lambda: _int("CHUNK_MIN_CHARS", 0))
     chunk_eager: bool = field(default_factory=lambda: _bool("CHUNK_EAGER", False))
     max_prompt_chars: int = field(default_factory=lambda: _int("AGENT_MAX_PROMPT_CHARS", 8000))
+
+    # --- the web page (voice_agent/web) ---
+    # Unset (None): `voice-agent serve` shows it only when it binds a loopback address, so the deployed container
+    # (--host 0.0.0.0, no AGENT_WEB_PAGE) never serves it; create_app() alone treats None as off.
+    web_page: bool | None = field(default_factory=lambda: _optional_bool("AGENT_WEB_PAGE"))
 
     @property
     def uses_sagemaker(self) -> bool:
