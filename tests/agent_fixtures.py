@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -13,6 +12,7 @@ from typing import Any
 
 import httpx
 import uvicorn
+from conftest import free_port
 from voice_agent.app import create_app
 from voice_agent.events import Event
 from voice_agent.models import BuiltModel
@@ -26,12 +26,6 @@ from voice_agent.transports.base import AudioEvent, ControlEvent, SessionOptions
 TEST_REPLY = "Hello there! This reply is simulated. It is short. Goodbye now."
 TEST_CADENCE: dict[str, Any] = {"ttft_s": 0.2, "tokens_per_s": 2.5, "jitter": 0.0}
 FAST: dict[str, Any] = {"tokens_per_s": 30.0}  # for tests that do not time anything
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass

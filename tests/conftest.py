@@ -91,3 +91,23 @@ def server(model_dir: Path) -> Iterator[RunningServer]:
     yield running
     stop.set()
     thread.join(timeout=30)
+
+
+@pytest.fixture
+def tts_sessions(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
+    """Counts the TTS server's WebSocket sessions as they start and end (the server runs in this process)."""
+    import kokoro_tts.app
+
+    counts = {"started": 0, "ended": 0}
+    base = kokoro_tts.app.BidiSession
+
+    class Counted(base):  # type: ignore[misc, valid-type]
+        async def run(self) -> None:
+            counts["started"] += 1
+            try:
+                await super().run()
+            finally:
+                counts["ended"] += 1
+
+    monkeypatch.setattr(kokoro_tts.app, "BidiSession", Counted)
+    return counts

@@ -103,26 +103,6 @@ def test_bidi_speaks_before_the_llm_is_done_and_batch_after(replies: dict[str, l
     assert bidi[-1]["metrics"]["first_audio_ms"] < batch[-1]["metrics"]["first_audio_ms"]
 
 
-@pytest.fixture
-def tts_sessions(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
-    """Counts the TTS server's WebSocket sessions as they start and end (the server runs in this process)."""
-    import kokoro_tts.app
-
-    counts = {"started": 0, "ended": 0}
-    base = kokoro_tts.app.BidiSession
-
-    class Counted(base):  # type: ignore[misc, valid-type]
-        async def run(self) -> None:
-            counts["started"] += 1
-            try:
-                await super().run()
-            finally:
-                counts["ended"] += 1
-
-    monkeypatch.setattr(kokoro_tts.app, "BidiSession", Counted)
-    return counts
-
-
 @pytest.mark.parametrize(
     ("payload", "code"),
     [

@@ -14,8 +14,9 @@ from typing import Any
 
 import numpy as np
 import pytest
-from agent_fixtures import FakeSource, free_port
+from agent_fixtures import FakeSource
 from botocore.exceptions import ClientError, EventStreamError
+from conftest import free_port
 from support.speech import rms
 from voice_agent.pipeline import PipelineOptions, run_bidi
 from voice_agent.transports.base import (

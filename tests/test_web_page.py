@@ -212,26 +212,6 @@ def test_both_modes_side_by_side(
         shutil.copy(path, REPO / target)
 
 
-@pytest.fixture
-def tts_sessions(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
-    """Counts the TTS server's WebSocket sessions as they start and end (the server runs in this process)."""
-    import kokoro_tts.app
-
-    counts = {"started": 0, "ended": 0}
-    base = kokoro_tts.app.BidiSession
-
-    class Counted(base):  # type: ignore[misc, valid-type]
-        async def run(self) -> None:
-            counts["started"] += 1
-            try:
-                await super().run()
-            finally:
-                counts["ended"] += 1
-
-    monkeypatch.setattr(kokoro_tts.app, "BidiSession", Counted)
-    return counts
-
-
 @pytest.mark.browser
 @pytest.mark.slow
 def test_stop_cuts_the_audio_and_cancels_on_the_server(
