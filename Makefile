@@ -50,6 +50,7 @@ test: install ## lint, type-check, the test suite, and the Terraform checks
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
+	$(VENV)/bin/mypy --explicit-package-bases scripts/bench scripts/deploy scripts/demo.py
 	$(VENV)/bin/pytest
 	scripts/terraform_checks.sh
 
@@ -63,7 +64,8 @@ destroy: $(VENV)/.installed ## remove the deployment (DESTROY_SHARED=1: the imag
 	scripts/destroy.sh
 
 lint: $(VENV)/.installed ## ruff and mypy only
-	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check . && $(VENV)/bin/mypy
+	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check . && $(VENV)/bin/mypy \
+	  && $(VENV)/bin/mypy --explicit-package-bases scripts/bench scripts/deploy scripts/demo.py
 
 LOCK := $(UV) pip compile pyproject.toml --generate-hashes --quiet --python-version 3.12 --custom-compile-command "make lock"
 lock: | $(UV) ## re-pin every lock (exact versions with hashes, no download addresses)

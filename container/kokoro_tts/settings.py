@@ -12,11 +12,6 @@ def _env_int(name: str, default: int) -> int:
     return int(value) if value else default
 
 
-def _env_float(name: str, default: float) -> float:
-    value = os.environ.get(name)
-    return float(value) if value else default
-
-
 def _default_model_dir() -> Path:
     # SageMaker mounts the S3 weight cache at /opt/ml/model; locally `make weights` fills models/kokoro.
     if explicit := os.environ.get("KOKORO_MODEL_DIR"):
@@ -46,4 +41,3 @@ class Settings:
     warmup_text: str = field(
         default_factory=lambda: os.environ.get("KOKORO_WARMUP_TEXT", "Warming up the speech engine.")
     )
-    ws_ping_seconds: float = field(default_factory=lambda: _env_float("KOKORO_WS_PING_SECONDS", 60.0))

@@ -2,7 +2,8 @@
 
 Short chunks reach the first audio byte sooner; whole sentences keep Kokoro's prosody natural. A chunk is
 kept under ``MAX_CHUNK_CHARS`` so that its phonemes almost always fit the model's 510 tokens; the phonemizer
-still cuts the rare longer one at a clause or word boundary.
+still cuts the rare longer one at a clause or word boundary. Sentence boundaries come from the agent's
+incremental chunker (abbreviations, decimals, URLs, CJK): one set of rules in the project, shipped in the same wheel.
 """
 
 from __future__ import annotations
