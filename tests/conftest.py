@@ -111,3 +111,20 @@ def tts_sessions(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
 
     monkeypatch.setattr(kokoro_tts.app, "BidiSession", Counted)
     return counts
+
+
+@pytest.fixture
+def fake_aws_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Credentials and a region for moto, and nothing that could reach the real account."""
+    for key, value in {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_SESSION_TOKEN": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_EC2_METADATA_DISABLED": "true",
+        "AWS_CONFIG_FILE": "/dev/null",
+        "AWS_SHARED_CREDENTIALS_FILE": "/dev/null",
+    }.items():
+        monkeypatch.setenv(key, value)
+    for key in ("AWS_PROFILE", "AWS_REGION", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "BEDROCK_MODEL_ID"):
+        monkeypatch.delenv(key, raising=False)

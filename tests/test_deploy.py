@@ -73,20 +73,8 @@ BASIC_TOOLS = ("bash", "env", "dirname", "basename", "mktemp", "rm", "cat", "ls"
 
 
 @pytest.fixture(autouse=True)
-def _aws_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    """moto needs credentials and a region; never the real account's."""
-    for key, value in {
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_SESSION_TOKEN": "testing",
-        "AWS_DEFAULT_REGION": REGION,
-        "AWS_EC2_METADATA_DISABLED": "true",
-        "AWS_CONFIG_FILE": "/dev/null",
-        "AWS_SHARED_CREDENTIALS_FILE": "/dev/null",
-    }.items():
-        monkeypatch.setenv(key, value)
-    for key in ("AWS_PROFILE", "AWS_REGION", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "BEDROCK_MODEL_ID"):
-        monkeypatch.delenv(key, raising=False)
+def _aws_env(fake_aws_env: None) -> None:
+    """Every test here talks to moto or a stand-in, never the real account (see conftest.fake_aws_env)."""
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -65,17 +65,9 @@ def s3() -> Iterator[None]:
 
 
 @pytest.fixture(autouse=True)
-def _aws_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    """moto needs credentials and a region; never the real account's."""
-    for key, value in {
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_SESSION_TOKEN": "testing",
-        "AWS_DEFAULT_REGION": "us-east-1",
-    }.items():
-        monkeypatch.setenv(key, value)
-    for key in ("AWS_PROFILE", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "KOKORO_WEIGHTS_SOURCE"):
-        monkeypatch.delenv(key, raising=False)
+def _aws_env(fake_aws_env: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """S3 tests run against moto, never the real account (see conftest.fake_aws_env); no source from the caller."""
+    monkeypatch.delenv("KOKORO_WEIGHTS_SOURCE", raising=False)
 
 
 # --- the mirror, end to end ---------------------------------------------------------------------------

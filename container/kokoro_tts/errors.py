@@ -29,7 +29,6 @@ class ErrorCode(StrEnum):
     MESSAGE_TOO_LARGE = "message_too_large"
     UNSUPPORTED_MEDIA_TYPE = "unsupported_media_type"
     NOT_READY = "not_ready"
-    OVERLOADED = "overloaded"
     INTERNAL_ERROR = "internal_error"
 
 
@@ -38,7 +37,6 @@ _STATUS = {
     ErrorCode.MESSAGE_TOO_LARGE: 413,
     ErrorCode.UNSUPPORTED_MEDIA_TYPE: 415,
     ErrorCode.NOT_READY: 503,
-    ErrorCode.OVERLOADED: 503,
     ErrorCode.QUEUE_FULL: 429,
     ErrorCode.INTERNAL_ERROR: 500,
 }
