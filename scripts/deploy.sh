@@ -30,17 +30,7 @@ fi
 # shellcheck source=scripts/deploy/lib.sh
 . scripts/deploy/lib.sh
 
-on_exit() {
-  local rc=$?
-  rm -rf "$WORK"
-  if [ $rc -ne 0 ] && [ "$STEP" != preflight ]; then
-    echo >&2
-    echo "deploy: FAILED at step '$STEP' (exit $rc). Every step is idempotent: fix the cause and run make deploy" >&2
-    echo "again; make destroy removes what was created (docs/deploy.md)." >&2
-  fi
-}
-trap on_exit EXIT
-trap 'exit 130' INT TERM
+on_failure_say "Every step is idempotent: fix the cause and run make deploy again; make destroy removes what was created (docs/deploy.md)."
 
 # ---------------------------------------------------------------------------------------------------------------
 step preflight

@@ -24,16 +24,7 @@ esac
 # shellcheck source=scripts/deploy/lib.sh
 . scripts/deploy/lib.sh
 
-on_exit() {
-  local rc=$?
-  rm -rf "$WORK"
-  if [ $rc -ne 0 ] && [ "$STEP" != preflight ]; then
-    echo >&2
-    echo "destroy: FAILED at step '$STEP' (exit $rc): fix the cause and run make destroy again (it is idempotent)." >&2
-  fi
-}
-trap on_exit EXIT
-trap 'exit 130' INT TERM
+on_failure_say "Fix the cause and run make destroy again (it is idempotent)."
 
 # The region each root lives in: the deployment's from its var file, the shared root's from its own output.
 var_file_region() {

@@ -23,6 +23,22 @@ DEPLOYMENT_VARS=terraform/deployment/$VAR_FILE
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/kokoro-deploy.XXXXXX")
 STEP=preflight
 
+# On exit: remove WORK and, after a failure past preflight (whose own message says it all), name the failed step
+# and what to do next ($1).
+on_failure_say() {
+  FAILURE_HINT=$1
+  trap _on_exit EXIT
+  trap 'exit 130' INT TERM
+}
+_on_exit() {
+  local rc=$?
+  rm -rf "$WORK"
+  if [ $rc -ne 0 ] && [ "$STEP" != preflight ]; then
+    echo >&2
+    echo "$(basename "$0" .sh): FAILED at step '$STEP' (exit $rc). $FAILURE_HINT" >&2
+  fi
+}
+
 step() {
   STEP=$1
   echo
