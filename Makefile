@@ -40,7 +40,9 @@ serve: install ## run the TTS server in the foreground on the embedded default (
 demo: install ## the embedded default end to end: TTS server + agent + scripted LLM, bidi vs batch first audio
 	$(PY) scripts/demo.py
 
-agent: install ## run the agent app locally on the scripted model (make agent PORT=8081 TTS_URL=...)
+# 8081, so it runs beside `make serve` (8080); TTS_URL stays the TTS server's. It checks the TTS server answers first.
+agent: PORT = 8081
+agent: install ## run the agent app on the scripted LLM, PORT=8081; start `make serve` first (TTS_URL=its URL)
 	TTS_URL=$(TTS_URL) $(VENV)/bin/voice-agent serve --host $(HOST) --port $(PORT)
 
 bench: install ## benchmarks (TARGET=local|deployed, QUICK=1): bench/results/latest.{json,md} and plots

@@ -1,6 +1,6 @@
 """``voice-agent``: run the agent app, or measure one (a URL or a deployed AgentCore runtime) in both modes.
 
-    voice-agent serve [--host H] [--port P]
+    voice-agent serve [--host H] [--port P] [--no-tts-check]
     voice-agent demo (--url URL | --arn ARN) [--prompt P] [--trials N] [--mode bidi|batch|both] [--out DIR]
 
 The demo times each invocation from the client's side (request sent → first audio_chunk received), which is
@@ -13,7 +13,11 @@ import argparse
 import asyncio
 import base64
 import contextlib
+import errno
 import json
+import logging
+import os
+import socket
 import statistics
 import sys
 import time
@@ -24,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .settings import ENVIRONMENT, AgentSettings
 from .sse import SSEDecoder, post_sse
 
 DEFAULT_PROMPT = "Explain in a few sentences why streaming speech makes a voice assistant feel faster."
@@ -204,12 +209,110 @@ def report(trials: list[Trial], out: str | None) -> int:
     return 1 if any(t.error for t in trials) else 0
 
 
+# --- serve: check what can be checked before the server starts, and say it in one line -----------------------------
+
+SERVE_DESCRIPTION = """Run the agent app: POST /invocations (a prompt in, SSE events with the spoken reply out),
+GET /ping, and on a loopback address the demo page at /. The TTS server must be running first (`make serve`):
+with a local TTS server (TTS_URL), serve checks that it answers /ping before it starts."""
+
+TTS_WAIT_S = 120.0  # a TTS server still loading its model (/ping 503) is waited for this long
+
+
+def environment_help() -> str:
+    width = max(len(name) for name, _ in ENVIRONMENT)
+    lines = [f"  {name:<{width}}  {text}" for name, text in ENVIRONMENT]
+    return "environment variables (settings.py):\n" + "\n".join(lines)
+
+
+def tts_problem(url: str, wait_s: float = TTS_WAIT_S) -> str | None:
+    """None when the TTS server at ``url`` answers /ping 200 (waiting while it says it is loading); else one line
+    saying what is wrong and what to do."""
+    import httpx
+
+    ping = f"{url.rstrip('/')}/ping"
+    fix = "start it first with `make serve` (another terminal), or point TTS_URL at one"
+    deadline = time.monotonic() + wait_s
+    said_loading = False
+    while True:
+        try:
+            status = httpx.get(ping, timeout=5, trust_env=False).status_code
+        except httpx.TransportError as exc:
+            return f"no TTS server answers at {ping} ({type(exc).__name__}: {exc}): {fix}"
+        if status == 200:
+            return None
+        if status != 503:
+            return f"{ping} answered HTTP {status}, not the TTS server's 200: is TTS_URL ({url}) the TTS server?"
+        if time.monotonic() > deadline:
+            return f"the TTS server at {url} was still loading its model after {wait_s:.0f} s (/ping 503): see its log"
+        if not said_loading:
+            print(f"waiting for the TTS server at {url} to load its model (/ping 503) ...", file=sys.stderr, flush=True)
+            said_loading = True
+        time.sleep(0.5)
+
+
+def port_problem(host: str, port: int) -> str | None:
+    """None when ``host:port`` can be listened on; else one line (uvicorn would log it after the startup lines)."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    except socket.gaierror as exc:
+        return f"cannot listen on {host}: {exc.strerror}"
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn does: TIME_WAIT is no conflict
+        try:
+            probe.bind(address)
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                return (
+                    f"port {port} on {host} is already in use (`make serve` uses 8080, `make agent` 8081): "
+                    "stop what listens there, or pick another port (make agent PORT=8082)"
+                )
+            return f"cannot listen on {host}:{port}: {exc.strerror}"
+    return None
+
+
+def serve(args: argparse.Namespace) -> None:
+    settings = AgentSettings()
+    port = args.port if args.port is not None else int(os.environ.get("AGENT_PORT", "8080"))
+    host = args.host or os.environ.get("AGENT_HOST", "127.0.0.1")
+    problem = port_problem(host, port)
+    if problem is None and not settings.uses_sagemaker and not args.no_tts_check:
+        problem = tts_problem(settings.tts_url)
+    if problem:
+        sys.exit(f"voice-agent: {problem}")
+    # The AgentCore SDK gives its logger a JSON handler of its own unless it has one, and its records reach the
+    # root handler too: every SDK line was printed twice. With this one, the root handler prints each line once.
+    logging.getLogger("bedrock_agentcore.app").addHandler(logging.NullHandler())
+    from .app import main as serve_main
+
+    serve_main(["--host", host, "--port", str(port)])
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="voice-agent", description=__doc__.splitlines()[0] if __doc__ else None)
     commands = parser.add_subparsers(dest="command", required=True)
-    serve = commands.add_parser("serve", help="run the agent app (POST /invocations, GET /ping)")
-    serve.add_argument("--host")
-    serve.add_argument("--port")
+    serve_parser = commands.add_parser(
+        "serve",
+        help="run the agent app (POST /invocations, GET /ping, the demo page)",
+        description=SERVE_DESCRIPTION,
+        epilog=environment_help(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    serve_parser.add_argument(
+        "--host",
+        help="the address to listen on (default: AGENT_HOST, else 127.0.0.1, loopback only; "
+        "the container passes 0.0.0.0)",
+    )
+    serve_parser.add_argument(
+        "--port",
+        type=int,
+        help="the port (default: AGENT_PORT, else 8080, AgentCore's; `make agent` passes 8081, beside `make serve`)",
+    )
+    serve_parser.add_argument(
+        "--no-tts-check",
+        action="store_true",
+        help="start without checking that the TTS server answers /ping (requests fail with tts_unavailable "
+        "until it does)",
+    )
     run = commands.add_parser("demo", help="invoke an agent in bidi and batch modes and compare")
     target = run.add_mutually_exclusive_group(required=True)
     target.add_argument("--url", help="the agent's base URL, e.g. http://127.0.0.1:8081")
@@ -226,9 +329,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
 
     if args.command == "serve":
-        from .app import main as serve_main
-
-        serve_main([*(["--host", args.host] if args.host else []), *(["--port", args.port] if args.port else [])])
+        serve(args)
         return
     if args.trials < 1:
         parser.error("--trials must be at least 1")
