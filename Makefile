@@ -37,8 +37,8 @@ weights: $(VENV)/.installed ## fetch the Kokoro weights into MODEL_DIR (a no-op 
 serve: install ## run the TTS server in the foreground on the embedded default (PORT=8080)
 	$(VENV)/bin/serve --host $(HOST) --port $(PORT)
 
-demo: install ## the embedded default end to end: TTS server + agent + scripted LLM, bidi vs batch first audio
-	$(PY) scripts/demo.py
+demo: install ## TTS server + agent + scripted LLM: bidi vs batch first audio, out/demo-*.wav (KEEP=1: the page stays up)
+	$(PY) scripts/demo.py $(if $(KEEP),--keep)
 
 # 8081, so it runs beside `make serve` (8080); TTS_URL stays the TTS server's. It checks the TTS server answers first.
 agent: PORT = 8081

@@ -4,18 +4,21 @@
     voice-agent demo (--url URL | --arn ARN) [--prompt P] [--trials N] [--mode bidi|batch|both] [--out DIR]
 
 The demo times each invocation from the client's side (request sent → first audio_chunk received), which is
-what a caller hears; the agent's own metrics (agent_end) are shown next to it.
+what a caller hears; the agent's own metrics (agent_end) are shown next to it. Its WAVs are what a caller hears
+from the moment the request was sent: silence for the measured wait, each chunk played from when it arrived.
 """
 
 from __future__ import annotations
 
 import argparse
+import array
 import asyncio
 import base64
 import contextlib
 import errno
 import json
 import logging
+import math
 import os
 import socket
 import statistics
@@ -45,6 +48,7 @@ class Trial:
     pcm: bytearray = field(default_factory=bytearray)
     sample_rate: int = 24_000
     audio_format: str = "pcm"
+    arrivals: list[tuple[float, int]] = field(default_factory=list)  # per audio_chunk: (s since sent, offset in pcm)
 
     @property
     def error(self) -> dict[str, Any] | None:
@@ -71,6 +75,23 @@ class Trial:
     @property
     def audio_s(self) -> float:
         return len(self.pcm) / 2 / self.sample_rate if self.audio_format == "pcm" else 0.0
+
+    def as_heard(self) -> tuple[bytes, list[tuple[float, float]]]:
+        """The audio as a caller hears it, from the moment the request was sent: silence until the first chunk
+        arrived (the measured wait), then each chunk from when it arrived or the one before it ended, whichever is
+        later. Returns the 16-bit PCM and the underruns: (when, how long) in s, where the audio ran out before the
+        next chunk came."""
+        out = bytearray()
+        underruns: list[tuple[float, float]] = []
+        bounds = [offset // 2 for _, offset in self.arrivals] + [len(self.pcm) // 2]
+        for (arrived, _), start, end in zip(self.arrivals, bounds, bounds[1:], strict=False):
+            due, played = round(arrived * self.sample_rate), len(out) // 2
+            if due > played:
+                if played:
+                    underruns.append((played / self.sample_rate, (due - played) / self.sample_rate))
+                out += bytes(2 * (due - played))
+            out += self.pcm[2 * start : 2 * end]
+        return bytes(out), underruns
 
 
 def url_invoker(url: str, *, timeout_s: float = 120.0) -> Invoker:
@@ -125,10 +146,12 @@ async def run_trial(invoke: Invoker, payload: dict[str, Any]) -> Trial:
             trial.events.append(event)
             if event.get("type") != "audio_chunk":
                 continue
+            arrived = time.perf_counter() - start
             if trial.first_audio_s is None:
-                trial.first_audio_s = time.perf_counter() - start
+                trial.first_audio_s = arrived
                 trial.sample_rate = int(event.get("sample_rate", trial.sample_rate))
                 trial.audio_format = str(event.get("format", "pcm"))
+            trial.arrivals.append((arrived, len(trial.pcm)))
             trial.pcm += base64.b64decode(event["audio"])
     except Exception as exc:  # a transport failure is a result too: report it like an error event
         trial.events.append({"type": "error", "code": "client_error", "message": f"{type(exc).__name__}: {exc}"})
@@ -143,6 +166,49 @@ def write_wav(path: Path, pcm: bytes, sample_rate: int) -> None:
         out.setsampwidth(2)
         out.setframerate(sample_rate)
         out.writeframes(pcm)
+
+
+def with_beep(pcm: bytes, sample_rate: int, hz: float = 880.0, seconds: float = 0.12) -> bytes:
+    """``pcm`` with a short tone mixed into its first ``seconds``: "the request is sent now"."""
+    samples = array.array("h", pcm[: len(pcm) - len(pcm) % 2])
+    n = int(seconds * sample_rate)
+    samples.extend([0] * max(0, n - len(samples)))
+    for i in range(n):
+        fade = min(1.0, i / 120, (n - i) / 120)  # 5 ms ramps: no click
+        tone = 0.3 * 32767 * fade * math.sin(2 * math.pi * hz * i / sample_rate)
+        samples[i] = max(-32768, min(32767, samples[i] + int(tone)))
+    return samples.tobytes()
+
+
+def write_heard(out: Path, trials: list[Trial]) -> list[str]:
+    """OUT/demo-<mode>.wav (the last good trial of each mode, as heard) and, with both modes, OUT/demo-compare.wav:
+    bidi, a pause, then batch, each starting with a beep at the moment its request was sent. One after the other,
+    not left and right: a phone or laptop speaker mixes stereo into two voices talking at once."""
+    lines, heard, rate = [], {}, 24_000
+    for mode in ("bidi", "batch"):
+        good = [t for t in trials if t.mode == mode and not t.error and t.audio_format == "pcm" and t.pcm]
+        if not good:
+            continue
+        trial = good[-1]
+        pcm, underruns = trial.as_heard()
+        heard[mode], rate = pcm, trial.sample_rate
+        path = out / f"demo-{mode}.wav"
+        write_wav(path, pcm, trial.sample_rate)
+        gaps = (
+            f"{len(underruns)} underrun(s), {sum(g for _, g in underruns):.1f} s of silence in all"
+            if underruns
+            else "no underruns"
+        )
+        lines.append(
+            f"{mode:5} as heard: {path} ({len(pcm) / 2 / trial.sample_rate:.1f} s: "
+            f"{trial.first_audio_s or 0:.2f} s of silence while waiting, then {trial.audio_s:.1f} s of speech; {gaps})"
+        )
+    if len(heard) == 2:
+        pause = bytes(2 * int(1.5 * rate))
+        path = out / "demo-compare.wav"
+        write_wav(path, with_beep(heard["bidi"], rate) + pause + with_beep(heard["batch"], rate), rate)
+        lines.append(f"side by side: {path} (bidi, then batch; each starts with a beep when its request was sent)")
+    return lines
 
 
 def _ms(seconds: float | None) -> str:
@@ -196,16 +262,12 @@ async def collect(invoke: Invoker, args: argparse.Namespace) -> list[Trial]:
 
 
 def report(trials: list[Trial], out: str | None) -> int:
-    """Print the summary, write the last good trial of each mode to OUT/demo-<mode>.wav; 1 if any trial failed."""
+    """Print the summary, write the WAVs as heard (write_heard); 1 if any trial failed."""
     for line in summarize(trials):
         print(line)
     if out:
-        for mode in ("bidi", "batch"):
-            good = [t for t in trials if t.mode == mode and not t.error and t.audio_format == "pcm" and t.pcm]
-            if good:
-                path = Path(out) / f"demo-{mode}.wav"
-                write_wav(path, bytes(good[-1].pcm), good[-1].sample_rate)
-                print(f"{mode} audio: {path.resolve()} ({good[-1].audio_s:.1f} s)")
+        for line in write_heard(Path(out).resolve(), trials):
+            print(line)
     return 1 if any(t.error for t in trials) else 0
 
 
@@ -324,7 +386,7 @@ def main(argv: list[str] | None = None) -> None:
     run.add_argument("--mode", choices=("bidi", "batch", "both"), default="both")
     run.add_argument("--voice")
     run.add_argument("--speed", type=float)
-    run.add_argument("--out", help="write each mode's audio to OUT/demo-<mode>.wav")
+    run.add_argument("--out", help="write OUT/demo-<mode>.wav as heard (from the request on) and demo-compare.wav")
     run.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for each event (--url)")
     args = parser.parse_args(argv)
 
