@@ -14,7 +14,7 @@ PYTHON312    = $(shell scripts/find_python.sh)
 
 export KOKORO_MODEL_DIR ?= $(abspath $(MODEL_DIR))
 
-.PHONY: help install weights serve demo agent bench test tf-check lint lock clean deploy destroy
+.PHONY: help install weights serve demo agent bench prereqs test tf-check lint lock clean deploy destroy
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -45,10 +45,13 @@ agent: PORT = 8081
 agent: install ## run the agent app on the scripted LLM, PORT=8081; start `make serve` first (TTS_URL=its URL)
 	TTS_URL=$(TTS_URL) $(VENV)/bin/voice-agent serve --host $(HOST) --port $(PORT)
 
-bench: install ## benchmarks (TARGET=local|deployed, QUICK=1): bench/results/latest.{json,md} and plots
+bench: install ## benchmarks (TARGET=local|deployed): bench/results/latest.{json,md}, plots; QUICK=1: bench/results/quick/
 	$(PY) -m scripts.bench --target $(TARGET) $(if $(QUICK),--quick)
 
-test: install ## lint, type-check, the test suite, and the Terraform checks
+prereqs: ## check what make test needs besides .venv: Python 3.12, npm, Terraform, Chromium (one line each)
+	@scripts/check_prerequisites.sh
+
+test: prereqs install ## lint, type-check, the test suite, and the Terraform checks (about 8 min here)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
