@@ -326,7 +326,7 @@ def port_problem(host: str, port: int) -> str | None:
             if exc.errno == errno.EADDRINUSE:
                 return (
                     f"port {port} on {host} is already in use (`make serve` uses 8080, `make agent` 8081): "
-                    "stop what listens there, or pick another port (make agent PORT=8082)"
+                    "stop what listens there, or pick another port (--port, or make agent PORT=8082)"
                 )
             return f"cannot listen on {host}:{port}: {exc.strerror}"
     return None
