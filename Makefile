@@ -51,7 +51,7 @@ bench: install ## benchmarks (TARGET=local|deployed): bench/results/latest.{json
 prereqs: ## check what make test needs besides .venv: Python 3.12, npm, Terraform, Chromium (one line each)
 	@scripts/check_prerequisites.sh
 
-test: prereqs install ## lint, type-check, the test suite, and the Terraform checks (about 8 min here)
+test: prereqs install ## lint, type-check, the test suite, and the Terraform checks (8-14 min on 2 cores)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy

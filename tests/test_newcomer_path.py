@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -75,7 +76,7 @@ def test_the_readme_lists_prerequisites_durations_and_the_agent_order() -> None:
     for needed in ("Python 3.12", "npm", "Terraform", "Chromium", "make prereqs"):
         assert needed in quickstart, needed
     assert "nothing else" not in quickstart
-    assert "make demo   # about" in quickstart and "make test   # about" in quickstart
+    assert re.search(r"make demo   # about \d+ min", quickstart) and re.search(r"make test   # [\d-]+ min", quickstart)
     agent = readme.split("## The voice agent")[1].split("\n## ")[0]
     assert agent.index("make serve") < agent.index("make agent") and "8081" in agent
     assert "KEEP=1" in readme and "bench/results/quick/" in readme
