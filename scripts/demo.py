@@ -134,6 +134,8 @@ def main() -> None:
     args.mode = "both"
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    # `kill` (SIGTERM) unwinds like Ctrl-C, so both servers are stopped rather than left running on their own.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
 
     with contextlib.ExitStack() as stack:
@@ -174,7 +176,7 @@ def main() -> None:
         print(next_steps(out, agent_url if args.keep else None))
         if args.keep:
             print(f"web page: {agent_url}/ is up (bidi vs batch in the browser); Ctrl-C stops the servers", flush=True)
-            with contextlib.suppress(KeyboardInterrupt):
+            with contextlib.suppress(KeyboardInterrupt, SystemExit):
                 signal.pause()
         print("stopping the servers ...", flush=True)
     sys.exit(code)

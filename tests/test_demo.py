@@ -6,11 +6,13 @@ from __future__ import annotations
 import array
 import os
 import re
+import signal
 import subprocess
 import sys
 import wave
 from pathlib import Path
 
+import httpx
 import pytest
 from agent_fixtures import FAST, AgentServer, FakeBatch, FakeTTS, agent_settings, make_model
 from conftest import REPO
@@ -88,20 +90,35 @@ def test_next_steps_name_the_files_the_page_and_make_serve_agent() -> None:
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_make_demo_writes_files_that_differ_by_the_measured_wait(tmp_path: Path, model_dir: Path) -> None:
-    """The real demo (about a minute on 2 cores): TTS server, agent, scripted LLM, both modes once."""
-    result = subprocess.run(
-        [sys.executable, "scripts/demo.py", "--out", str(tmp_path), "--model-dir", str(model_dir)],
+    """The real demo with --keep (`make demo KEEP=1`; about a minute on 2 cores): TTS server, agent, scripted LLM,
+    both modes once; the page's URL only once it is measured and the page stays up; `kill` stops both servers."""
+    demo = subprocess.Popen(
+        [sys.executable, "scripts/demo.py", "--keep", "--out", str(tmp_path), "--model-dir", str(model_dir)],
         cwd=REPO,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
         text=True,
-        timeout=270,
-        check=False,
     )
-    out = result.stdout
-    assert result.returncode == 0, out + result.stderr[-3000:]
+    lines: list[str] = []
+    try:
+        assert demo.stdout is not None
+        for line in demo.stdout:  # bounded by the test's timeout
+            lines.append(line)
+            if line.startswith("web page: "):
+                break
+        out = "".join(lines)
+        assert lines and lines[-1].startswith("web page: "), out
+        page = lines[-1].split()[2]
+        assert httpx.get(page, timeout=10).status_code == 200  # kept up
+    finally:
+        demo.send_signal(signal.SIGTERM)
+        rest, _ = demo.communicate(timeout=60)
+    assert "stopping the servers" in rest, rest
+    with pytest.raises(httpx.TransportError):
+        httpx.get(page, timeout=5)  # SIGTERM stopped the agent, not only the demo
     assert "ignores the prompt" in out and "Next:" in out and "make agent" in out
-    assert "web page" not in out  # not printed for a page that is gone when the demo ends
+    assert out.count("web page") == 1 and out.index("Next:") < out.index("web page: ")
     measured = {mode: printed_first_audio_s(out, mode) for mode in ("bidi", "batch")}
     heard = {mode: leading_silence_s(tmp_path / f"demo-{mode}.wav") for mode in ("bidi", "batch")}
     for mode in measured:  # Kokoro's audio may open with a few ms of digital silence of its own
