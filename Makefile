@@ -14,7 +14,7 @@ PYTHON312    = $(shell scripts/find_python.sh)
 
 export KOKORO_MODEL_DIR ?= $(abspath $(MODEL_DIR))
 
-.PHONY: help install weights serve demo agent bench test tf-check lint lock clean deploy destroy
+.PHONY: help install weights serve demo agent bench prereqs test tf-check lint lock clean deploy destroy
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -37,16 +37,21 @@ weights: $(VENV)/.installed ## fetch the Kokoro weights into MODEL_DIR (a no-op 
 serve: install ## run the TTS server in the foreground on the embedded default (PORT=8080)
 	$(VENV)/bin/serve --host $(HOST) --port $(PORT)
 
-demo: install ## the embedded default end to end: TTS server + agent + scripted LLM, bidi vs batch first audio
-	$(PY) scripts/demo.py
+demo: install ## TTS server + agent + scripted LLM: bidi vs batch first audio, out/demo-*.wav (KEEP=1: the page stays up)
+	$(PY) scripts/demo.py $(if $(KEEP),--keep)
 
-agent: install ## run the agent app locally on the scripted model (make agent PORT=8081 TTS_URL=...)
+# 8081, so it runs beside `make serve` (8080); TTS_URL stays the TTS server's. It checks the TTS server answers first.
+agent: PORT = 8081
+agent: install ## run the agent app on the scripted LLM, PORT=8081; start `make serve` first (TTS_URL=its URL)
 	TTS_URL=$(TTS_URL) $(VENV)/bin/voice-agent serve --host $(HOST) --port $(PORT)
 
-bench: install ## benchmarks (TARGET=local|deployed, QUICK=1): bench/results/latest.{json,md} and plots
+bench: install ## benchmarks (TARGET=local|deployed): bench/results/latest.{json,md}, plots; QUICK=1: bench/results/quick/
 	$(PY) -m scripts.bench --target $(TARGET) $(if $(QUICK),--quick)
 
-test: install ## lint, type-check, the test suite, and the Terraform checks
+prereqs: ## check what make test needs besides .venv: Python 3.12, npm, Terraform, Chromium (one line each)
+	@scripts/check_prerequisites.sh
+
+test: prereqs install ## lint, type-check, the test suite, and the Terraform checks (8-14 min on 2 cores)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy

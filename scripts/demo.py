@@ -1,11 +1,14 @@
 """``make demo``: the embedded default end to end, bidi against batch, on this machine.
 
 Starts the TTS server (Kokoro-82M, weights from KOKORO_MODEL_DIR) and the agent app (the scripted, simulated LLM:
-no network, no credentials) as subprocesses on free loopback ports, asks the same prompt in bidi and in batch
-mode, prints both times to first audio and their ratio, writes each mode's audio to OUT/demo-<mode>.wav, and
-stops both servers (also on Ctrl-C or a failure). Server logs go to OUT/demo-tts.log and OUT/demo-agent.log.
+no network, no credentials; it ignores the prompt and always speaks the same reply) as subprocesses on free
+loopback ports, asks the same prompt in bidi and in batch mode, prints both times to first audio and their ratio,
+writes what a caller hears from the moment each request was sent (OUT/demo-<mode>.wav: silence for the measured
+wait, gaps where audio ran out) and both one after the other (OUT/demo-compare.wav), says what to do next, and
+stops both servers (also on Ctrl-C or a failure), unless --keep (`make demo KEEP=1`) keeps them and the web page
+up. Server logs go to OUT/demo-tts.log and OUT/demo-agent.log.
 
-    .venv/bin/python scripts/demo.py [--trials 3] [--tts-url http://127.0.0.1:8080] [--out out]
+    .venv/bin/python scripts/demo.py [--trials 3] [--keep] [--tts-url http://127.0.0.1:8080] [--out out]
 """
 
 from __future__ import annotations
@@ -131,6 +134,8 @@ def main() -> None:
     args.mode = "both"
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    # `kill` (SIGTERM) unwinds like Ctrl-C, so both servers are stopped rather than left running on their own.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
 
     with contextlib.ExitStack() as stack:
@@ -140,7 +145,10 @@ def main() -> None:
             argv = [sys.executable, "-m", "kokoro_tts.serve", "--host", "127.0.0.1"]
             tts_env = {**env, "KOKORO_MODEL_DIR": args.model_dir}
             tts_url = start(stack, "TTS server", argv, tts_env, out / "demo-tts.log", args.port, args.ready_timeout)
-        print(f"agent: the scripted (simulated) LLM, TTS at {tts_url}")
+        print(
+            f"agent: the scripted LLM, a simulation: it ignores the prompt and always streams the same five "
+            f"sentences at an LLM's pace (what is compared is the timing); TTS at {tts_url}"
+        )
         argv = [sys.executable, "-m", "voice_agent.cli", "serve", "--host", "127.0.0.1"]
         agent_env = {
             **env,
@@ -150,7 +158,6 @@ def main() -> None:
             "AGENT_WEB_PAGE": "1",
         }
         agent_url = start(stack, "agent", argv, agent_env, out / "demo-agent.log", args.agent_port, 60)
-        print(f"web page: {agent_url}/ (bidi vs batch in the browser; up while the demo runs, longer with --keep)")
 
         invoke = url_invoker(agent_url, timeout_s=120)
 
@@ -166,12 +173,37 @@ def main() -> None:
             "\nTime to first audio is measured by the client: request sent → first audio chunk received. Bidi "
             "speaks the first sentence while the LLM writes the rest; batch waits for the whole reply first."
         )
+        print(next_steps(out, agent_url if args.keep else None))
         if args.keep:
-            print(f"web page: {agent_url}/ (Ctrl-C to stop the servers)", flush=True)
-            with contextlib.suppress(KeyboardInterrupt):
+            print(f"web page: {agent_url}/ is up (bidi vs batch in the browser); Ctrl-C stops the servers", flush=True)
+            with contextlib.suppress(KeyboardInterrupt, SystemExit):
                 signal.pause()
         print("stopping the servers ...", flush=True)
     sys.exit(code)
+
+
+def next_steps(out: Path, page: str | None) -> str:
+    shown = out.resolve()
+    with contextlib.suppress(ValueError):
+        shown = shown.relative_to(Path.cwd())
+    page_line = (
+        f"{page}/ (up until Ctrl-C): type a prompt, hear bidi and batch"
+        if page
+        else "the servers stop now; `make demo KEEP=1` keeps them and the page up (a prompt, both modes, a timeline)"
+    )
+    return "\n".join(
+        [
+            "",
+            "Next:",
+            f"  listen  {shown}/demo-compare.wav: bidi, then batch, each from a beep at the moment it was asked",
+            f"          ({shown}/demo-bidi.wav and demo-batch.wav: each mode alone)",
+            f"  page    {page_line}",
+            "  run it  `make serve` (the TTS server, :8080), then in another terminal `make agent` (the agent, :8081):",
+            "          curl -N localhost:8081/invocations -H 'content-type: application/json' \\",
+            '               -d \'{"prompt": "Where is my order?", "mode": "bidi"}\'',
+            "  an LLM  AGENT_MODEL=bedrock (BEDROCK_MODEL_ID) or AGENT_MODEL=openai (OPENAI_BASE_URL): docs/agent.md",
+        ]
+    )
 
 
 if __name__ == "__main__":

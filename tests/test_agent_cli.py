@@ -26,7 +26,7 @@ def test_demo_against_a_url_prints_both_modes_and_the_ratio_and_writes_wavs(
             cli.main(["demo", "--url", agent.url, "--trials", "2", "--out", str(tmp_path), "--prompt", "Hi"])
     out = capsys.readouterr().out
     assert exited.value.code == 0, out
-    assert "model: scripted (simulated LLM)" in out
+    assert "model: scripted (simulated LLM: it ignores the prompt)" in out
     assert len([line for line in out.splitlines() if line.startswith("[") and "first audio" in line]) == 4
     assert "bidi   time to first audio: mean" in out and "n=2" in out
     assert "batch / bidi = " in out

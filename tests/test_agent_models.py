@@ -7,6 +7,7 @@ import threading
 import time
 
 import pytest
+from conftest import REPO
 from strands import Agent
 from voice_agent.app import agent_text
 from voice_agent.models import ModelUnavailable, build_model
@@ -87,7 +88,7 @@ def test_scripted_model_rejects_unknown_settings() -> None:
 
 def test_build_model_scripted_is_named_as_simulated() -> None:
     built = build_model(AgentSettings(model="scripted", scripted_ttft_s=0.1, scripted_tokens_per_s=7))
-    assert built.name == SIMULATED_NAME == "scripted (simulated LLM)"
+    assert built.name == SIMULATED_NAME == "scripted (simulated LLM: it ignores the prompt)"
     assert isinstance(built.model, ScriptedModel)
     assert built.model.get_config()["tokens_per_s"] == 7
 
@@ -130,3 +131,15 @@ def test_settings_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.delenv("TTS_ENDPOINT_NAME")
     monkeypatch.delenv("AGENT_MODEL")
     assert AgentSettings().model == "scripted" and not AgentSettings().uses_sagemaker
+
+
+def test_the_default_reply_is_five_sentences_as_the_docs_say() -> None:
+    """README and docs/agent.md describe the scripted reply as five sentences; the chunker is what counts them."""
+    from voice_agent.chunker import IncrementalSentenceChunker
+
+    chunker = IncrementalSentenceChunker()
+    sentences = [s for token in tokenize(DEFAULT_REPLY) for s in chunker.feed(token)]
+    sentences += [last] if (last := chunker.flush()) else []
+    assert len(sentences) == 5, sentences
+    assert "five-sentence" in (REPO / "README.md").read_text()
+    assert "5-sentence reply" in (REPO / "docs" / "agent.md").read_text()

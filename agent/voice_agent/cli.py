@@ -1,19 +1,26 @@
 """``voice-agent``: run the agent app, or measure one (a URL or a deployed AgentCore runtime) in both modes.
 
-    voice-agent serve [--host H] [--port P]
+    voice-agent serve [--host H] [--port P] [--no-tts-check]
     voice-agent demo (--url URL | --arn ARN) [--prompt P] [--trials N] [--mode bidi|batch|both] [--out DIR]
 
 The demo times each invocation from the client's side (request sent → first audio_chunk received), which is
-what a caller hears; the agent's own metrics (agent_end) are shown next to it.
+what a caller hears; the agent's own metrics (agent_end) are shown next to it. Its WAVs are what a caller hears
+from the moment the request was sent: silence for the measured wait, each chunk played from when it arrived.
 """
 
 from __future__ import annotations
 
 import argparse
+import array
 import asyncio
 import base64
 import contextlib
+import errno
 import json
+import logging
+import math
+import os
+import socket
 import statistics
 import sys
 import time
@@ -24,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .settings import ENVIRONMENT, AgentSettings
 from .sse import SSEDecoder, post_sse
 
 DEFAULT_PROMPT = "Explain in a few sentences why streaming speech makes a voice assistant feel faster."
@@ -40,6 +48,7 @@ class Trial:
     pcm: bytearray = field(default_factory=bytearray)
     sample_rate: int = 24_000
     audio_format: str = "pcm"
+    arrivals: list[tuple[float, int]] = field(default_factory=list)  # per audio_chunk: (s since sent, offset in pcm)
 
     @property
     def error(self) -> dict[str, Any] | None:
@@ -66,6 +75,23 @@ class Trial:
     @property
     def audio_s(self) -> float:
         return len(self.pcm) / 2 / self.sample_rate if self.audio_format == "pcm" else 0.0
+
+    def as_heard(self) -> tuple[bytes, list[tuple[float, float]]]:
+        """The audio as a caller hears it, from the moment the request was sent: silence until the first chunk
+        arrived (the measured wait), then each chunk from when it arrived or the one before it ended, whichever is
+        later. Returns the 16-bit PCM and the underruns: (when, how long) in s, where the audio ran out before the
+        next chunk came."""
+        out = bytearray()
+        underruns: list[tuple[float, float]] = []
+        bounds = [offset // 2 for _, offset in self.arrivals] + [len(self.pcm) // 2]
+        for (arrived, _), start, end in zip(self.arrivals, bounds, bounds[1:], strict=False):
+            due, played = round(arrived * self.sample_rate), len(out) // 2
+            if due > played:
+                if played:
+                    underruns.append((played / self.sample_rate, (due - played) / self.sample_rate))
+                out += bytes(2 * (due - played))
+            out += self.pcm[2 * start : 2 * end]
+        return bytes(out), underruns
 
 
 def url_invoker(url: str, *, timeout_s: float = 120.0) -> Invoker:
@@ -120,10 +146,12 @@ async def run_trial(invoke: Invoker, payload: dict[str, Any]) -> Trial:
             trial.events.append(event)
             if event.get("type") != "audio_chunk":
                 continue
+            arrived = time.perf_counter() - start
             if trial.first_audio_s is None:
-                trial.first_audio_s = time.perf_counter() - start
+                trial.first_audio_s = arrived
                 trial.sample_rate = int(event.get("sample_rate", trial.sample_rate))
                 trial.audio_format = str(event.get("format", "pcm"))
+            trial.arrivals.append((arrived, len(trial.pcm)))
             trial.pcm += base64.b64decode(event["audio"])
     except Exception as exc:  # a transport failure is a result too: report it like an error event
         trial.events.append({"type": "error", "code": "client_error", "message": f"{type(exc).__name__}: {exc}"})
@@ -138,6 +166,49 @@ def write_wav(path: Path, pcm: bytes, sample_rate: int) -> None:
         out.setsampwidth(2)
         out.setframerate(sample_rate)
         out.writeframes(pcm)
+
+
+def with_beep(pcm: bytes, sample_rate: int, hz: float = 880.0, seconds: float = 0.12) -> bytes:
+    """``pcm`` with a short tone mixed into its first ``seconds``: "the request is sent now"."""
+    samples = array.array("h", pcm[: len(pcm) - len(pcm) % 2])
+    n = int(seconds * sample_rate)
+    samples.extend([0] * max(0, n - len(samples)))
+    for i in range(n):
+        fade = min(1.0, i / 120, (n - i) / 120)  # 5 ms ramps: no click
+        tone = 0.3 * 32767 * fade * math.sin(2 * math.pi * hz * i / sample_rate)
+        samples[i] = max(-32768, min(32767, samples[i] + int(tone)))
+    return samples.tobytes()
+
+
+def write_heard(out: Path, trials: list[Trial]) -> list[str]:
+    """OUT/demo-<mode>.wav (the last good trial of each mode, as heard) and, with both modes, OUT/demo-compare.wav:
+    bidi, a pause, then batch, each starting with a beep at the moment its request was sent. One after the other,
+    not left and right: a phone or laptop speaker mixes stereo into two voices talking at once."""
+    lines, heard, rate = [], {}, 24_000
+    for mode in ("bidi", "batch"):
+        good = [t for t in trials if t.mode == mode and not t.error and t.audio_format == "pcm" and t.pcm]
+        if not good:
+            continue
+        trial = good[-1]
+        pcm, underruns = trial.as_heard()
+        heard[mode], rate = pcm, trial.sample_rate
+        path = out / f"demo-{mode}.wav"
+        write_wav(path, pcm, trial.sample_rate)
+        gaps = (
+            f"{len(underruns)} underrun(s), {sum(g for _, g in underruns):.1f} s of silence in all"
+            if underruns
+            else "no underruns"
+        )
+        lines.append(
+            f"{mode:5} as heard: {path} ({len(pcm) / 2 / trial.sample_rate:.1f} s: "
+            f"{trial.first_audio_s or 0:.2f} s of silence while waiting, then {trial.audio_s:.1f} s of speech; {gaps})"
+        )
+    if len(heard) == 2:
+        pause = bytes(2 * int(1.5 * rate))
+        path = out / "demo-compare.wav"
+        write_wav(path, with_beep(heard["bidi"], rate) + pause + with_beep(heard["batch"], rate), rate)
+        lines.append(f"side by side: {path} (bidi, then batch; each starts with a beep when its request was sent)")
+    return lines
 
 
 def _ms(seconds: float | None) -> str:
@@ -191,25 +262,119 @@ async def collect(invoke: Invoker, args: argparse.Namespace) -> list[Trial]:
 
 
 def report(trials: list[Trial], out: str | None) -> int:
-    """Print the summary, write the last good trial of each mode to OUT/demo-<mode>.wav; 1 if any trial failed."""
+    """Print the summary, write the WAVs as heard (write_heard); 1 if any trial failed."""
     for line in summarize(trials):
         print(line)
     if out:
-        for mode in ("bidi", "batch"):
-            good = [t for t in trials if t.mode == mode and not t.error and t.audio_format == "pcm" and t.pcm]
-            if good:
-                path = Path(out) / f"demo-{mode}.wav"
-                write_wav(path, bytes(good[-1].pcm), good[-1].sample_rate)
-                print(f"{mode} audio: {path.resolve()} ({good[-1].audio_s:.1f} s)")
+        for line in write_heard(Path(out).resolve(), trials):
+            print(line)
     return 1 if any(t.error for t in trials) else 0
+
+
+# --- serve: check what can be checked before the server starts, and say it in one line -----------------------------
+
+SERVE_DESCRIPTION = """Run the agent app: POST /invocations (a prompt in, SSE events with the spoken reply out),
+GET /ping, and on a loopback address the demo page at /. The TTS server must be running first (`make serve`):
+with a local TTS server (TTS_URL), serve checks that it answers /ping before it starts."""
+
+TTS_WAIT_S = 120.0  # a TTS server still loading its model (/ping 503) is waited for this long
+
+
+def environment_help() -> str:
+    width = max(len(name) for name, _ in ENVIRONMENT)
+    lines = [f"  {name:<{width}}  {text}" for name, text in ENVIRONMENT]
+    return "environment variables (settings.py):\n" + "\n".join(lines)
+
+
+def tts_problem(url: str, wait_s: float = TTS_WAIT_S) -> str | None:
+    """None when the TTS server at ``url`` answers /ping 200 (waiting while it says it is loading); else one line
+    saying what is wrong and what to do."""
+    import httpx
+
+    ping = f"{url.rstrip('/')}/ping"
+    fix = "start it first with `make serve` (another terminal), or point TTS_URL at one"
+    deadline = time.monotonic() + wait_s
+    said_loading = False
+    while True:
+        try:
+            status = httpx.get(ping, timeout=5, trust_env=False).status_code
+        except httpx.TransportError as exc:
+            return f"no TTS server answers at {ping} ({type(exc).__name__}: {exc}): {fix}"
+        if status == 200:
+            return None
+        if status != 503:
+            return f"{ping} answered HTTP {status}, not the TTS server's 200: is TTS_URL ({url}) the TTS server?"
+        if time.monotonic() > deadline:
+            return f"the TTS server at {url} was still loading its model after {wait_s:.0f} s (/ping 503): see its log"
+        if not said_loading:
+            print(f"waiting for the TTS server at {url} to load its model (/ping 503) ...", file=sys.stderr, flush=True)
+            said_loading = True
+        time.sleep(0.5)
+
+
+def port_problem(host: str, port: int) -> str | None:
+    """None when ``host:port`` can be listened on; else one line (uvicorn would log it after the startup lines)."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    except socket.gaierror as exc:
+        return f"cannot listen on {host}: {exc.strerror}"
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn does: TIME_WAIT is no conflict
+        try:
+            probe.bind(address)
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                return (
+                    f"port {port} on {host} is already in use (`make serve` uses 8080, `make agent` 8081): "
+                    "stop what listens there, or pick another port (--port, or make agent PORT=8082)"
+                )
+            return f"cannot listen on {host}:{port}: {exc.strerror}"
+    return None
+
+
+def serve(args: argparse.Namespace) -> None:
+    settings = AgentSettings()
+    port = args.port if args.port is not None else int(os.environ.get("AGENT_PORT", "8080"))
+    host = args.host or os.environ.get("AGENT_HOST", "127.0.0.1")
+    problem = port_problem(host, port)
+    if problem is None and not settings.uses_sagemaker and not args.no_tts_check:
+        problem = tts_problem(settings.tts_url)
+    if problem:
+        sys.exit(f"voice-agent: {problem}")
+    # The AgentCore SDK gives its logger a JSON handler of its own unless it has one, and its records reach the
+    # root handler too: every SDK line was printed twice. With this one, the root handler prints each line once.
+    logging.getLogger("bedrock_agentcore.app").addHandler(logging.NullHandler())
+    from .app import main as serve_main
+
+    serve_main(["--host", host, "--port", str(port)])
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="voice-agent", description=__doc__.splitlines()[0] if __doc__ else None)
     commands = parser.add_subparsers(dest="command", required=True)
-    serve = commands.add_parser("serve", help="run the agent app (POST /invocations, GET /ping)")
-    serve.add_argument("--host")
-    serve.add_argument("--port")
+    serve_parser = commands.add_parser(
+        "serve",
+        help="run the agent app (POST /invocations, GET /ping, the demo page)",
+        description=SERVE_DESCRIPTION,
+        epilog=environment_help(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    serve_parser.add_argument(
+        "--host",
+        help="the address to listen on (default: AGENT_HOST, else 127.0.0.1, loopback only; "
+        "the container passes 0.0.0.0)",
+    )
+    serve_parser.add_argument(
+        "--port",
+        type=int,
+        help="the port (default: AGENT_PORT, else 8080, AgentCore's; `make agent` passes 8081, beside `make serve`)",
+    )
+    serve_parser.add_argument(
+        "--no-tts-check",
+        action="store_true",
+        help="start without checking that the TTS server answers /ping (requests fail with tts_unavailable "
+        "until it does)",
+    )
     run = commands.add_parser("demo", help="invoke an agent in bidi and batch modes and compare")
     target = run.add_mutually_exclusive_group(required=True)
     target.add_argument("--url", help="the agent's base URL, e.g. http://127.0.0.1:8081")
@@ -221,14 +386,12 @@ def main(argv: list[str] | None = None) -> None:
     run.add_argument("--mode", choices=("bidi", "batch", "both"), default="both")
     run.add_argument("--voice")
     run.add_argument("--speed", type=float)
-    run.add_argument("--out", help="write each mode's audio to OUT/demo-<mode>.wav")
+    run.add_argument("--out", help="write OUT/demo-<mode>.wav as heard (from the request on) and demo-compare.wav")
     run.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for each event (--url)")
     args = parser.parse_args(argv)
 
     if args.command == "serve":
-        from .app import main as serve_main
-
-        serve_main([*(["--host", args.host] if args.host else []), *(["--port", args.port] if args.port else [])])
+        serve(args)
         return
     if args.trials < 1:
         parser.error("--trials must be at least 1")

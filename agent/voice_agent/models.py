@@ -51,8 +51,8 @@ def _bedrock(settings: AgentSettings, model_id: str | None) -> BuiltModel:
 
 
 def _openai(settings: AgentSettings, model_id: str | None) -> BuiltModel:
-    # strands' OpenAIModel imports the `openai` package, which is not a dependency of this project: import it
-    # only when asked for, and say what is missing.
+    # strands' OpenAIModel imports the `openai` package (the agent extra's strands-agents[openai] brings it; a
+    # slimmer install may lack it): import it only when asked for, and say what is missing.
     try:
         from strands.models.openai import OpenAIModel
     except ImportError as exc:

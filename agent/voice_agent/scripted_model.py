@@ -1,9 +1,11 @@
 """The embedded default LLM: a Strands ``Model`` that streams a canned reply with a realistic cadence.
 
-It needs no network and no credentials, so `make agent` and `make demo` run anywhere, and it is named as
-simulated wherever it appears (``SIMULATED_NAME``, and the reply says so itself). Its timing is what matters
-for the latency comparison: a time to first token, then tokens at a steady rate with some jitter, like a
-hosted LLM. Each call is recorded in ``streams`` so tests can see a stream that was stopped early.
+It is a simulated LLM: it ignores the prompt and always speaks the same reply (``DEFAULT_REPLY``, five sentences,
+or ``SCRIPTED_REPLY``). It needs no network and no credentials, so `make agent` and `make demo` run anywhere, and it
+is named as simulated wherever it appears (``SIMULATED_NAME`` in ``agent_start``, the demo's output, and the reply
+itself). Its timing is what matters for the latency comparison: a time to first token, then tokens at a steady
+rate with some jitter, like a hosted LLM. Each call is recorded in ``streams`` so tests can see a stream that was
+stopped early. For real answers: AGENT_MODEL=bedrock or openai (docs/agent.md).
 """
 
 from __future__ import annotations
@@ -23,8 +25,9 @@ from strands.types.content import Messages
 from strands.types.streaming import StreamEvent
 from strands.types.tools import ToolSpec
 
-SIMULATED_NAME = "scripted (simulated LLM)"
+SIMULATED_NAME = "scripted (simulated LLM: it ignores the prompt)"
 
+# Five sentences ("Hello!" is one): the chunker hands each to the TTS on its own.
 DEFAULT_REPLY = (
     "Hello! I am a scripted stand-in for a language model, so this reply is simulated. "
     "Each sentence goes to the speech engine the moment it is complete. "

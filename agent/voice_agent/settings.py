@@ -11,6 +11,38 @@ DEFAULT_SYSTEM_PROMPT = (
 )
 
 
+# Every variable the agent reads, with its default and what it does: `voice-agent serve --help` prints this table
+# (tests check it names each variable read below). AGENT_HOST, AGENT_PORT and LOG_LEVEL are read by the command.
+ENVIRONMENT: tuple[tuple[str, str], ...] = (
+    ("AGENT_MODEL", "the LLM: scripted (default: a simulated LLM that ignores the prompt), bedrock or openai"),
+    ("AGENT_SYSTEM_PROMPT", "the system prompt (default: short, plain spoken sentences)"),
+    ("AGENT_MAX_TOKENS", "the reply's token limit (default 400)"),
+    ("BEDROCK_MODEL_ID", "AGENT_MODEL=bedrock: the model id (default: Strands' default model)"),
+    ("AWS_REGION", "Bedrock and SageMaker region (else AWS_DEFAULT_REGION, else the profile's)"),
+    ("AWS_DEFAULT_REGION", "the region when AWS_REGION is unset"),
+    ("OPENAI_BASE_URL", "AGENT_MODEL=openai: any OpenAI-compatible server (vLLM, llama.cpp, Ollama)"),
+    ("OPENAI_API_KEY", "AGENT_MODEL=openai: its API key"),
+    ("OPENAI_MODEL", "AGENT_MODEL=openai: its model name"),
+    ("SCRIPTED_TTFT_S", "the scripted model's time to first token (default 0.6 s)"),
+    ("SCRIPTED_TOKENS_PER_S", "the scripted model's token rate (default 15: its reply takes about 5 s)"),
+    ("SCRIPTED_REPLY", "the scripted model's reply (default: five sentences about itself)"),
+    ("TTS_URL", "the TTS server's base URL (default http://127.0.0.1:8080, where `make serve` listens)"),
+    ("TTS_ENDPOINT_NAME", "a SageMaker endpoint's name: use it instead of TTS_URL"),
+    ("TTS_VOICE", "the voice when a request names none (default: the TTS server's, af_heart)"),
+    ("TTS_SPEED", "the speed when a request gives none, 0.5-2.0 (default: 1.0)"),
+    ("TTS_CONNECT_TIMEOUT_S", "seconds to open a TTS session (default 10)"),
+    ("TTS_IDLE_TIMEOUT_S", "longest wait for audio that is owed (default 30)"),
+    ("LLM_IDLE_TIMEOUT_S", "longest wait for the LLM's next token (default 60)"),
+    ("CHUNK_MIN_CHARS", "merge sentences shorter than this into the next (default 0: off)"),
+    ("CHUNK_EAGER", "1: let the first chunk out at a clause break, for sooner audio (default off; chunker.py)"),
+    ("AGENT_MAX_PROMPT_CHARS", "the longest prompt accepted (default 8000)"),
+    ("AGENT_WEB_PAGE", "1/0: serve the demo page at / (default: only on a loopback address)"),
+    ("AGENT_HOST", "default of --host"),
+    ("AGENT_PORT", "default of --port"),
+    ("LOG_LEVEL", "DEBUG, INFO (default), WARNING or ERROR"),
+)
+
+
 def _str(name: str, default: str | None = None) -> str | None:
     value = os.environ.get(name, "").strip()
     return value or default

@@ -1,8 +1,9 @@
 """Streaming audio encoders: 16-bit PCM in, container bytes out, chunk by chunk.
 
 Every container is written by FFmpeg through PyAV, so that each chunk's bytes can leave the server as soon as
-the chunk is synthesized. WAV gets a streamable header (sizes 0xFFFFFFFF); Ogg pages are cut every 20 ms so
-Opus does not wait for a full page.
+the chunk is synthesized. WAV gets the streaming header OpenAI's speech API sends and FFmpeg writes to a pipe: the
+canonical 44 bytes with the RIFF and data sizes 0xFFFFFFFF ("unknown: read to the end"), no LIST chunk
+(docs/protocol.md says why). Ogg pages are cut every 20 ms so Opus does not wait for a full page.
 """
 
 from __future__ import annotations
@@ -32,7 +33,8 @@ FORMATS: dict[str, AudioFormat] = {
     f.name: f
     for f in (
         AudioFormat("pcm", "audio/pcm;rate=24000;encoding=signed-int;bits=16;channels=1", None, None, {}),
-        AudioFormat("wav", "audio/wav", "wav", "pcm_s16le", {}),
+        # bitexact: no LIST/INFO "encoder" chunk, so readers that assume the 44-byte header find the data there.
+        AudioFormat("wav", "audio/wav", "wav", "pcm_s16le", {"fflags": "+bitexact"}),
         AudioFormat("mp3", "audio/mpeg", "mp3", "libmp3lame", {}),
         AudioFormat("opus", "audio/ogg;codecs=opus", "ogg", "libopus", {"page_duration": "20000"}),
         AudioFormat("aac", "audio/aac", "adts", "aac", {}),

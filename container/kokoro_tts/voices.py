@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .errors import ErrorCode, TTSError
+from .phonemes import LANGUAGE_NAMES
 from .weights.layout import WeightLayout
 
 STYLE_ROWS = 510
@@ -42,7 +43,9 @@ class VoiceBank:
 
     @property
     def names(self) -> list[str]:
-        return list(self._names)
+        """The voices this server can speak: packs whose language (first letter) the phonemizer supports. The
+        weights hold more (the Japanese j* packs): asking for one of those is ``unsupported_language``."""
+        return [name for name in self._names if name[0] in LANGUAGE_NAMES]
 
     def resolve(self, spec: object) -> Voice:
         """Parse and load ``spec``; raises ``TTSError`` with a message that says what to send instead."""
@@ -56,7 +59,7 @@ class VoiceBank:
             if name not in self._names:
                 raise TTSError(
                     ErrorCode.UNKNOWN_VOICE,
-                    f"Unknown voice {name!r}. Available voices: {', '.join(self._names)}.",
+                    f"Unknown voice {name!r}. Available voices: {', '.join(self.names)}.",
                 )
         total = sum(weight for _, weight in parts)
         pack = np.sum([self._pack(name) * (weight / total) for name, weight in parts], axis=0, dtype=np.float32)

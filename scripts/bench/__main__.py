@@ -2,7 +2,9 @@
 
 Local (the default) starts the real server on a free port and loads our engine in this process too (for the naive
 baseline and the kokoro-onnx comparison), then runs the sections one after the other, never two at once, so they
-do not compete for the cores. Writes DIR/latest.json, DIR/latest.md, DIR/isolated_tts.png and DIR/load.png.
+do not compete for the cores. Writes DIR/latest.json, DIR/latest.md, DIR/isolated_tts.png and DIR/load.png; DIR
+is bench/results for a full local run (the figures the README quotes), bench/results/quick for --quick (ignored by
+git), bench/results/deployed for --target deployed. A quick run never writes over a full run's results.
 """
 
 from __future__ import annotations
@@ -23,7 +25,24 @@ from typing import Any
 
 from .client import REPO, cpu_model, drain, local_server
 from .end_to_end import TTSTarget, run_end_to_end
-from .report import SECTIONS, Section, plot_isolated, plot_load, write_json, write_markdown
+from .report import ABOUT, SECTIONS, Section, plot_isolated, plot_load, write_json, write_markdown
+
+RESULTS = REPO / "bench" / "results"
+
+
+def default_out(target: str, quick: bool) -> Path:
+    """Full local results where the README quotes them; quick and deployed runs each in a folder of their own."""
+    out = RESULTS if target == "local" else RESULTS / target
+    return out / "quick" if quick else out
+
+
+def overwrites_full_run(out: Path) -> bool:
+    import json
+
+    try:
+        return bool(json.loads((out / "latest.json").read_text())["run"]["mode"] == "full")
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
 
 
 @dataclass(frozen=True)
@@ -131,10 +150,17 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m scripts.bench", description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="CI smoke: 2 trials, sessions 1,2, 4 segments")
     parser.add_argument("--target", choices=("local", "deployed"), default="local")
-    parser.add_argument("--out", type=Path, default=REPO / "bench" / "results", help="default: bench/results")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        help="default: bench/results (full, local), bench/results/quick (--quick), bench/results/deployed",
+    )
     parser.add_argument("--url", help="local: measure this running server instead of starting one")
     args = parser.parse_args(argv)
     plan = Plan.of(args.quick)
+    args.out = args.out or default_out(args.target, args.quick)
+    if args.quick and overwrites_full_run(args.out):
+        parser.error(f"{args.out} holds a full run's results: a --quick run writes elsewhere (leave --out out)")
 
     started_at = datetime.now(UTC).isoformat(timespec="seconds")
     started = time.perf_counter()
@@ -158,9 +184,11 @@ def main(argv: list[str] | None = None) -> None:
         plot_load(args.out / "load.png", levels, machine)
 
     print(f"Machine: {machine['cores']} cores, {machine['cpu_model']}, backend {machine['backend']}")
+    print("Absolute times compare only within this run and machine: the ratios are the result.")
     for name in SECTIONS:
-        print(f"- {name}: {sections[name].headline}")
-    print(f"took {run['elapsed_s']:.0f} s; wrote {args.out}/latest.json, latest.md and the plots")
+        print(f"\n{name}: {ABOUT[name]}\n  {sections[name].headline}")
+    kind = "a QUICK run (2 trials each: a smoke test, not figures to quote)" if args.quick else "a full run"
+    print(f"\ntook {run['elapsed_s']:.0f} s, {kind}; wrote {args.out}/latest.json, latest.md and the plots")
 
 
 if __name__ == "__main__":

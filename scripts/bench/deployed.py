@@ -113,5 +113,5 @@ async def run_isolated_deployed(deployment: Deployment, trials: int) -> Section:
     section = summarize(samples, trials, naive_how=None)
     section.data["endpoint"] = deployment.endpoint_name
     section.data["transport"] = "SageMaker InvokeEndpointWithBidirectionalStream (a, b); response stream (c)"
-    section.headline += f" (SageMaker endpoint {deployment.endpoint_name}; (d) is local-only)"
+    section.headline += f" (SageMaker endpoint {deployment.endpoint_name}; the one-call baseline runs only locally)"
     return section

@@ -3,7 +3,7 @@
 ``voice_agent.pipeline.run_bidi`` streams each sentence into one open TTS session as soon as the LLM completes it;
 ``run_batch`` waits for the whole reply and makes one streaming synthesis call. Both stamp every event with
 ``t_ms`` since ``agent_start``; we record the first ``audio_chunk``, the first ``sentence`` and the gap between
-them, and the ratio batch/bidi of the first audio (the seed: 2.4× local, 3.5× deployed).
+them, and the ratio batch/bidi of the first audio (the prototype: 2.4× local, 3.5× deployed).
 
 The pipeline is another module's work: it is looked up at run time, and when it is missing (or its interface is not
 the one expected) the section says "not measured" and the run goes on.
@@ -158,7 +158,8 @@ def _summary(target: TTSTarget, trials: int, runs: dict[str, list[Row]]) -> Sect
     headline = (
         f"first audio after agent_start (p50, scripted LLM): bidi {modes['bidi']['first_audio_ms_p50']:.0f} ms, "
         f"batch {modes['batch']['first_audio_ms_p50']:.0f} ms: bidi is {speedup:.2f}× sooner "
-        f"(the seed: {seed}× {target.kind}); first sentence → first audio: bidi "
+        f"(the prototype measured {seed}× {'locally' if target.kind == 'local' else 'deployed'}); from the first "
+        f"complete sentence to its first audio: bidi "
         f"{modes['bidi']['sentence_to_audio_ms_p50']:.0f} ms, batch {modes['batch']['sentence_to_audio_ms_p50']:.0f} ms"
     )
     return Section(

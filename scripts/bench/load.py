@@ -18,9 +18,10 @@ async def run_load(url: str, levels: list[int]) -> Section:
         rows.append(await concurrent(url, sessions, LOAD_REPLY))
     first, last = rows[0], rows[-1]
     headline = (
-        f"TTFA p50 {first['ttfa_p50_ms']:.0f} ms with {first['sessions']} session(s), "
-        f"{last['ttfa_p50_ms']:.0f} ms (p95 {last['ttfa_p95_ms']:.0f} ms) with {last['sessions']}; aggregate RTF "
-        f"{last['aggregate_rtf']:.2f} at {last['sessions']} sessions; /ping p50 ≤ "
+        f"time to first audio p50 {first['ttfa_p50_ms']:.0f} ms with {first['sessions']} session(s), "
+        f"{last['ttfa_p50_ms']:.0f} ms (p95 {last['ttfa_p95_ms']:.0f} ms) with {last['sessions']}; real-time factor "
+        f"{last['aggregate_rtf']:.2f} at {last['sessions']} sessions (wall time / audio made: below 1 keeps up); "
+        f"/ping p50 ≤ "
         f"{max(float(r['ping_p50_ms']) for r in rows):.0f} ms, max {max(float(r['ping_max_ms']) for r in rows):.0f} ms"
     )
     return Section(

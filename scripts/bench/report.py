@@ -13,6 +13,16 @@ from .client import table
 
 Row = dict[str, Any]
 SECTIONS = ("isolated_tts", "end_to_end", "transport", "load", "peer")
+# What each section measures, in plain words: printed above its headline (bench/README.md has the details).
+ABOUT = {
+    "isolated_tts": "the TTS server alone: how long until the first audio of a 267-character reply, asked four ways",
+    "end_to_end": "the agent with the scripted (simulated) LLM: first audio in bidi (each sentence spoken as it is "
+    "written) against batch (the whole reply first)",
+    "transport": "the same speech in each audio format: bytes, the cost of base64 in SSE, and whether it is still "
+    "understood",
+    "load": "several sessions speaking at once: first-audio latency, keeping up, and the health check meanwhile",
+    "peer": "kokoro-onnx, another wrapper of the same model, on the same text, voice and machine",
+}
 
 
 @dataclass
@@ -63,7 +73,7 @@ def write_markdown(path: Path, run: dict[str, Any], machine: dict[str, Any], sec
     ]
     for name in SECTIONS:
         section = sections[name]
-        lines += ["", f"## {name}", "", f"**{section.headline}**"]
+        lines += ["", f"## {name}", "", f"{ABOUT[name]}.", "", f"**{section.headline}**"]
         for title, rows in section.tables:
             if rows:
                 lines += ["", f"{title} — {where}", "", table([_rounded(r) for r in rows])]

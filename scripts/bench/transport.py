@@ -114,7 +114,8 @@ async def run_transport(url: str, n_segments: int) -> Section:
         f"+{pcm_row['sse_over_ws_pct']:.1f}% bytes over WS binary frames (PCM; "
         f"{min(float(r['sse_over_ws_pct']) for r in rows):.1f}-{max(float(r['sse_over_ws_pct']) for r in rows):.1f}% "
         f"across formats); Opus is {opus_row['vs_pcm_pct']:.1f}% of PCM's bytes ({opus_row['kbit_s']:.0f} vs "
-        f"{pcm_row['kbit_s']:.0f} kbit/s); pocketsphinx WER {min(wers):.1f}-{max(wers):.1f}% across formats "
+        f"{pcm_row['kbit_s']:.0f} kbit/s); word error rate (pocketsphinx) {min(wers):.1f}-{max(wers):.1f}% "
+        f"across formats "
         f"(PCM {pcm_row['wer_pct']:.1f}%): the same speech"
     )
     return Section(
