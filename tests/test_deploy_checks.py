@@ -291,14 +291,16 @@ class FakeIam:
     def __init__(self, allowed: set[str], fail: Exception | None = None) -> None:
         self.allowed, self.fail = allowed, fail
         self.simulated: list[tuple[str, list[str]]] = []
+        self.contexts: list[tuple[str, dict[str, Any]]] = []
 
     def get_role(self, RoleName: str) -> dict[str, Any]:
         return {"Role": {"Arn": f"arn:aws:iam::{ACCOUNT}:role/aws-reserved/sso.amazonaws.com/{RoleName}"}}
 
-    def simulate_principal_policy(self, PolicySourceArn: str, ActionNames: list[str]) -> dict[str, Any]:
+    def simulate_principal_policy(self, PolicySourceArn: str, ActionNames: list[str], **context: Any) -> dict[str, Any]:
         if self.fail:
             raise self.fail
         self.simulated.append((PolicySourceArn, ActionNames))
+        self.contexts.extend((a, context) for a in ActionNames if context)
         return {
             "EvaluationResults": [
                 {"EvalActionName": a, "EvalDecision": "allowed" if a in self.allowed else "implicitDeny"}
@@ -317,8 +319,20 @@ def test_the_preflight_names_the_actions_the_deployer_may_not_call() -> None:
     role = f"arn:aws:iam::{ACCOUNT}:role/aws-reserved/sso.amazonaws.com/AWSReservedSSO_Admin_0123"
     assert problem.what == f"{role} may not: bedrock-agentcore:InvokeAgentRuntime, logs:PutRetentionPolicy."
     assert "python -m scripts.deploy deployer-policy" in problem.fix
-    assert sorted(a for _, names in iam.simulated for a in names) == sorted(everything)  # every action, in batches
-    assert all(len(names) <= 50 for _, names in iam.simulated)
+    simulated = [a for _, names in iam.simulated for a in names]
+    assert set(simulated) == everything and all(len(names) <= 50 for _, names in iam.simulated)
+    # The scoped statements are simulated with the context their conditions need, on the deployment's role.
+    passed = [c for a, c in iam.contexts if a == "iam:PassRole"]
+    assert [c["ContextEntries"][0]["ContextKeyValues"] for c in passed] == [
+        ["sagemaker.amazonaws.com"],
+        ["bedrock-agentcore.amazonaws.com"],
+    ]
+    assert [c["ResourceArns"] for c in passed] == [
+        [f"arn:aws:iam::{ACCOUNT}:role/kokoro-tts-sagemaker"],
+        [f"arn:aws:iam::{ACCOUNT}:role/kokoro-tts-agentcore"],
+    ]
+    [linked] = [c for a, c in iam.contexts if a == "iam:CreateServiceLinkedRole"]
+    assert linked["ContextEntries"][0]["ContextKeyName"] == "iam:AWSServiceName"
 
     report = Report()
     check_deployer_permissions(FakeIam(everything), f"arn:aws:iam::{ACCOUNT}:user/deployer", report)

@@ -179,6 +179,13 @@ PASS_ROLE_SERVICES = ("sagemaker.amazonaws.com", "bedrock-agentcore.amazonaws.co
 AUTOSCALING_SERVICE = "sagemaker.application-autoscaling.amazonaws.com"
 
 
+# The conditions of those scoped statements, as the simulation must be told them (it cannot guess a context).
+CONDITIONED: Mapping[str, tuple[str, tuple[str, ...]]] = {
+    "iam:PassRole": ("iam:PassedToService", PASS_ROLE_SERVICES),
+    "iam:CreateServiceLinkedRole": ("iam:AWSServiceName", (AUTOSCALING_SERVICE,)),
+}
+
+
 def all_actions() -> list[str]:
     return sorted(
         {a for actions in ACTIONS.values() for a in actions} | {"iam:PassRole", "iam:CreateServiceLinkedRole"}
@@ -232,10 +239,14 @@ def principal_arn(caller_arn: str, get_role: Callable[[str], str]) -> str | None
     return caller_arn
 
 
-def check_permissions(iam: Any, caller_arn: str, actions: Iterable[str] | None = None) -> PermissionCheck:
-    """Simulate every action for the caller (resource "*"); an action the simulation denies is a gap. The
-    simulation itself needs iam:SimulatePrincipalPolicy (and iam:GetRole for a role): without them the check
-    says why it could not run."""
+def check_permissions(
+    iam: Any, caller_arn: str, actions: Iterable[str] | None = None, name: str = "kokoro-tts"
+) -> PermissionCheck:
+    """Simulate every action for the caller; an action the simulation denies is a gap. Unconditioned actions are
+    simulated on resource "*"; iam:PassRole on the deployment's role with each service it is passed to, and
+    iam:CreateServiceLinkedRole with the autoscaling service, as the policy's conditions ask. The simulation
+    itself needs iam:SimulatePrincipalPolicy (and iam:GetRole for a role): without them the check says why it
+    could not run."""
     from botocore.exceptions import BotoCoreError, ClientError
     from botocore.parsers import ResponseParserError
 
@@ -251,16 +262,34 @@ def check_permissions(iam: Any, caller_arn: str, actions: Iterable[str] | None =
         return result
     result.principal = principal
     wanted = sorted(actions) if actions is not None else all_actions()
+    plain = [a for a in wanted if a not in CONDITIONED]
+    account = principal.split(":")[4]
     try:
-        for start in range(0, len(wanted), 50):
-            answer = iam.simulate_principal_policy(PolicySourceArn=principal, ActionNames=wanted[start : start + 50])
-            for evaluation in answer.get("EvaluationResults", []):
-                if evaluation.get("EvalDecision") != "allowed":
-                    result.denied.append(str(evaluation["EvalActionName"]))
+        for start in range(0, len(plain), 50):
+            answer = iam.simulate_principal_policy(PolicySourceArn=principal, ActionNames=plain[start : start + 50])
+            result.denied.extend(_denied(answer))
+        for action in (a for a in wanted if a in CONDITIONED):
+            key, values = CONDITIONED[action]
+            for value in values:
+                # The role each service receives: <name>-sagemaker, <name>-agentcore (terraform/modules/iam).
+                suffix = "sagemaker" if value.startswith("sagemaker") else "agentcore"
+                role = f"arn:aws:iam::{account}:role/{name}-{suffix}"
+                resources = [role] if action == "iam:PassRole" else ["*"]
+                answer = iam.simulate_principal_policy(
+                    PolicySourceArn=principal,
+                    ActionNames=[action],
+                    ResourceArns=resources,
+                    ContextEntries=[{"ContextKeyName": key, "ContextKeyValues": [value], "ContextKeyType": "string"}],
+                )
+                result.denied.extend(f"{a} ({key}={value})" for a in _denied(answer))
     except failures as e:
         result.unchecked = f"iam:SimulatePrincipalPolicy failed ({_first_line(e)})"
         result.denied.clear()
     return result
+
+
+def _denied(answer: Mapping[str, Any]) -> list[str]:
+    return [str(e["EvalActionName"]) for e in answer.get("EvaluationResults", []) if e.get("EvalDecision") != "allowed"]
 
 
 def _first_line(error: Exception) -> str:
