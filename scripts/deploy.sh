@@ -8,10 +8,11 @@
 #                          weights) or hf (fetched from Hugging Face into models/kokoro-hf)
 #   WAIT_TIMEOUT_S, WAIT_POLL_S   the wait for InService (default 3600 / 30)
 #   SMOKE_ENDPOINT_URI     the runtime endpoint for the smoke test (a VPC endpoint); default the regional one
-#   SKIP_SMOKE=1           no smoke test
+#   SKIP_SMOKE=1           no smoke tests
 #
 # Steps: preflight (changes nothing; lists every gap at once) → terraform/shared → weights to S3 → both images
-# (docker buildx, pushed, taken by digest) → terraform/deployment → wait for InService → smoke test.
+# (docker buildx, pushed, taken by digest) → terraform/deployment (an autoscaled variant whose instance type
+# changes is deregistered first) → wait for InService → smoke tests of the endpoint and of the agent runtime.
 # Every step is idempotent: after a failure, fix the cause and run it again.
 set -euo pipefail
 shopt -s inherit_errexit # a failing command inside $(...) fails the script too
@@ -95,6 +96,12 @@ step "deployment: terraform apply (roles, endpoint, autoscaling, AgentCore runti
 deploy_py tfvars --shared-outputs "$WORK/shared.json" --tts-image "$TTS_IMAGE" --agent-image "$AGENT_IMAGE" \
   --out "$DEPLOYMENT_VARS"
 tf_init deployment
+if tf_has_resources deployment; then
+  # SageMaker refuses to change the instance type of an autoscaled variant: deregister it first; the apply
+  # registers it again after the update (scripts/deploy/scaling.py).
+  tf deployment output -json >"$WORK/previous.json"
+  deploy_py release-scaling --deployment-outputs "$WORK/previous.json" --instance-type "$INSTANCE_TYPE"
+fi
 tf deployment apply -input=false -auto-approve -no-color "-var-file=$VAR_FILE"
 tf deployment output -json >"$WORK/deployment.json"
 
@@ -106,8 +113,10 @@ if [ "${SKIP_SMOKE:-0}" = 1 ]; then
   echo
   echo "== smoke test skipped (SKIP_SMOKE=1)"
 else
-  step "smoke test: two sentences through the bidirectional streaming API"
+  step "smoke test: the endpoint's health, then two sentences through the bidirectional streaming API"
   deploy_py smoke --deployment-outputs "$WORK/deployment.json"
+  step "smoke test: one reply of the AgentCore runtime (Bedrock's words, spoken)"
+  deploy_py smoke-runtime --deployment-outputs "$WORK/deployment.json"
 fi
 
 STEP="done"

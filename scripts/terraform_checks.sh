@@ -183,7 +183,7 @@ step_moto() {
   local root
   for root in "${ROOTS[@]}"; do
     mkdir -p "$WORK/tf/$root"
-    cp "$TF_ROOT/$root"/*.tf "$WORK/tf/$root/"
+    cp "$TF_ROOT/$root"/*.tf "$TF_ROOT/$root"/.terraform.lock.hcl "$WORK/tf/$root/"
     write_moto_override "$WORK/tf/$root" "$url"
     moto_tf "$root" init "${INIT_ARGS[@]}" >/dev/null
   done

@@ -27,6 +27,8 @@ from typing import Any
 import boto3
 import pytest
 import test_sagemaker_bidi as bidi
+from agent_fixtures import FAST, agent_settings, make_model
+from conftest import free_port
 from kokoro_tts.weights.layout import TORCH, VOICE_BYTES, VOICE_NAMES, Manifest, hash_file
 from kokoro_tts.weights.sources import packaged_config
 from moto import mock_aws
@@ -38,6 +40,7 @@ from websockets.asyncio.server import ServerConnection
 REPO = Path(__file__).resolve().parent.parent
 # scripts/ is not an installed package: deploy.sh runs `python -m scripts.deploy` from the repository root.
 sys.path.insert(0, str(REPO))
+from support.agentcore_standin import HealthStandin, deployed_agent, running  # noqa: E402
 from voice_agent.aws_credentials import Boto3CredentialsResolver  # noqa: E402
 
 from scripts.deploy.__main__ import main  # noqa: E402
@@ -66,6 +69,8 @@ REGION = "us-east-1"
 MODEL_ID = "us.anthropic.claude-3-5-haiku-20241022-v1:0"
 TTS_REPO = f"{ACCOUNT}.dkr.ecr.{REGION}.amazonaws.com/kokoro-tts/tts"
 AGENT_REPO = f"{ACCOUNT}.dkr.ecr.{REGION}.amazonaws.com/kokoro-tts/agent"
+RUNTIME_ARN = f"arn:aws:bedrock-agentcore:{REGION}:{ACCOUNT}:runtime/kokoro_tts_agent-AbCdE12345"
+HEALTHY_GPU = {"status": "ok", "backend": "torch", "device": "cuda", "model_sha256": "ab" * 32, "version": "1.0.0"}
 DIGEST_A = "sha256:" + "a" * 64
 DIGEST_B = "sha256:" + "b" * 64
 # What the deploy scripts run besides terraform, docker and python (a PATH made of exactly these).
@@ -148,24 +153,47 @@ elif command == "apply" and name == "shared":
 elif command == "apply" and name == "deployment":
     v = variables()
     region = v["region"]
-    sm = aws("sagemaker", region)
+    sm, scaling = aws("sagemaker", region), aws("application-autoscaling", region)
+    # moto rejects ml.g5/ml.g6 types (terraform/README.md, the moto run): those run as ml.m5.large here.
+    wanted = v["instance_type"]
+    instance = "ml.m5.large" if wanted.startswith(("ml.g5.", "ml.g6.")) else wanted
     model = "kokoro-tts-" + hashlib.sha256(v["tts_image_uri"].encode()).hexdigest()[:8]
+    config = model + "-" + hashlib.sha256(instance.encode()).hexdigest()[:4]
     if model not in {m["ModelName"] for m in sm.list_models()["Models"]}:
         sm.create_model(ModelName=model, ExecutionRoleArn=f"arn:aws:iam::{ACCOUNT}:role/kokoro-tts-sagemaker",
                         PrimaryContainer={"Image": v["tts_image_uri"]})
-        # moto rejects ml.g5 types (terraform/README.md, the moto run): the instance type is not the point here.
-        sm.create_endpoint_config(EndpointConfigName=model, ProductionVariants=[
-            {"VariantName": "AllTraffic", "ModelName": model, "InstanceType": "ml.m5.large",
+    if config not in {c["EndpointConfigName"] for c in sm.list_endpoint_configs()["EndpointConfigs"]}:
+        sm.create_endpoint_config(EndpointConfigName=config, ProductionVariants=[
+            {"VariantName": "AllTraffic", "ModelName": model, "InstanceType": instance,
              "InitialInstanceCount": int(v["initial_instance_count"])}])
+    variant = "endpoint/kokoro-tts/variant/AllTraffic"
+    dimension = "sagemaker:variant:DesiredInstanceCount"
     if sm.list_endpoints()["Endpoints"]:
-        if sm.describe_endpoint(EndpointName="kokoro-tts")["EndpointConfigName"] != model:
-            sm.update_endpoint(EndpointName="kokoro-tts", EndpointConfigName=model)
+        current = sm.describe_endpoint(EndpointName="kokoro-tts")["EndpointConfigName"]
+        if current != config:
+            # SageMaker's refusal, which moto does not enforce ("Update endpoints that use auto scaling").
+            before = sm.describe_endpoint_config(EndpointConfigName=current)["ProductionVariants"][0]["InstanceType"]
+            registered = scaling.describe_scalable_targets(ServiceNamespace="sagemaker", ResourceIds=[variant])
+            if before != instance and registered["ScalableTargets"]:
+                sys.exit("fake terraform: UpdateEndpoint: ValidationException: the instance type of variant AllTraffic "
+                         "cannot change while it is registered for autoscaling: deregister it first")
+            # UpdateEndpoint: moto has none, so the endpoint is made again on the new configuration.
+            sm.delete_endpoint(EndpointName="kokoro-tts")
+            sm.create_endpoint(EndpointName="kokoro-tts", EndpointConfigName=config)
     else:
-        sm.create_endpoint(EndpointName="kokoro-tts", EndpointConfigName=model)
+        sm.create_endpoint(EndpointName="kokoro-tts", EndpointConfigName=config)
+    # aws_appautoscaling_target and _policy, after the endpoint they refer to: registered (again).
+    scaling.register_scalable_target(ServiceNamespace="sagemaker", ResourceId=variant, ScalableDimension=dimension,
+                                     MinCapacity=int(v["min_instance_count"]), MaxCapacity=int(v["max_instance_count"]))
+    scaling.put_scaling_policy(
+        PolicyName="kokoro-tts-concurrent-requests", ServiceNamespace="sagemaker", ResourceId=variant,
+        ScalableDimension=dimension, PolicyType="TargetTrackingScaling",
+        TargetTrackingScalingPolicyConfiguration={"TargetValue": 16.0, "PredefinedMetricSpecification": {
+            "PredefinedMetricType": "SageMakerVariantConcurrentRequestsPerModelHighResolution"}})
     save({"endpoint_name": "kokoro-tts", "endpoint_arn": f"arn:aws:sagemaker:{region}:{ACCOUNT}:endpoint/kokoro-tts",
-          "sagemaker_model_name": model,
+          "sagemaker_model_name": model, "instance_type": wanted,
           "agent_runtime_arn": f"arn:aws:bedrock-agentcore:{region}:{ACCOUNT}:runtime/kokoro_tts_agent-AbCdE12345"},
-         ["aws_sagemaker_endpoint.this", "aws_cloudformation_stack.runtime"])
+         ["aws_sagemaker_endpoint.this", "aws_appautoscaling_target.this", "aws_cloudformation_stack.runtime"])
 elif command == "output":
     values = {k: o["value"] for k, o in state["outputs"].items()}
     if "-json" in args:
@@ -970,9 +998,21 @@ async def test_deploy_sh_end_to_end_then_again_then_destroy(
     rev = git(checkout, "rev-parse", "--short", "HEAD")
     deploy = [str(checkout / "scripts/deploy.sh")]
 
-    async with bidi.sagemaker(f"ws://127.0.0.1:{server.port}", certs) as (transport, app):
-        env = {**deploy_env, "SMOKE_ENDPOINT_URI": transport.endpoint_uri, "SSL_CERT_FILE": str(certs.certfile)}
-        code, out = await run_script(deploy, env, checkout)
+    health = HealthStandin("kokoro-tts", HEALTHY_GPU)
+    agent = agent_settings(f"http://127.0.0.1:{server.port}")
+    with (
+        running(health.app(), free_port()) as health_url,
+        deployed_agent(agent, make_model(**FAST), f"bedrock:{MODEL_ID}", RUNTIME_ARN) as (runtime_url, runtime),
+    ):
+        async with bidi.sagemaker(f"ws://127.0.0.1:{server.port}", certs) as (transport, app):
+            env = {
+                **deploy_env,
+                "SMOKE_ENDPOINT_URI": transport.endpoint_uri,
+                "SSL_CERT_FILE": str(certs.certfile),
+                "AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME": health_url,
+                "AWS_ENDPOINT_URL_BEDROCK_AGENTCORE": runtime_url,
+            }
+            code, out = await run_script(deploy, env, checkout)
     assert code == 0, out
 
     # Every step, in order, each tool called as the real one would be.
@@ -991,6 +1031,7 @@ async def test_deploy_sh_end_to_end_then_again_then_destroy(
         "docker buildx build",  # TTS
         "docker buildx build",  # agent
         "terraform deployment init",
+        "terraform deployment state",  # nothing deployed yet: nothing to deregister before the apply
         "terraform deployment apply",
         "terraform deployment output",
     ]
@@ -1031,6 +1072,11 @@ async def test_deploy_sh_end_to_end_then_again_then_destroy(
     assert "smoke test passed: 2 sentences spoken" in out and "time to first audio" in out
     [stream] = app.streams
     assert stream.forwarded_frames == 3
+    assert "endpoint health: ok, backend torch on cuda" in out
+    assert [h.get("x-amzn-sagemaker-custom-attributes") for h in health.calls] == ["health"]
+    assert f"runtime smoke test passed: model bedrock:{MODEL_ID}" in out
+    [invocation] = runtime.invocations
+    assert json.loads(invocation.payload)["mode"] == "bidi" and invocation.accept == "text/event-stream"
     assert "SageMaker endpoint:   kokoro-tts" in out
     assert f"AgentCore runtime:    arn:aws:bedrock-agentcore:{REGION}:{ACCOUNT}:runtime/kokoro_tts_agent-" in out
 
@@ -1099,3 +1145,71 @@ def test_destroy_sh_refuses_bad_input_and_a_lost_var_file(deploy_env: dict[str, 
     assert result.returncode == 1
     assert "terraform/deployment holds resources but terraform/deployment/deploy.tfvars.json" in result.stderr
     assert "terraform/README.md, Destroying" in result.stderr
+
+
+def test_a_redeploy_changes_the_instance_type_of_an_autoscaled_endpoint(
+    deploy_env: dict[str, str], tmp_path: Path
+) -> None:
+    """SageMaker refuses to change the instance type of a variant registered for autoscaling (the fake
+    terraform enforces that, as moto does not): make deploy deregisters it first, the apply registers it again."""
+    checkout = make_checkout(tmp_path)
+    env = {**deploy_env, "SKIP_SMOKE": "1", "INSTANCE_TYPE": "ml.m5.large"}
+
+    def deploy(**extra: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(checkout / "scripts/deploy.sh")],
+            cwd=checkout,
+            env={**env, **extra},
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
+
+    sm = boto3.client("sagemaker", region_name=REGION, endpoint_url=deploy_env["AWS_ENDPOINT_URL"])
+    scaling = boto3.client("application-autoscaling", region_name=REGION, endpoint_url=deploy_env["AWS_ENDPOINT_URL"])
+
+    def live_instance_type() -> str:
+        config = sm.describe_endpoint(EndpointName="kokoro-tts")["EndpointConfigName"]
+        return str(sm.describe_endpoint_config(EndpointConfigName=config)["ProductionVariants"][0]["InstanceType"])
+
+    def registered() -> list[str]:
+        return [
+            t["ResourceId"] for t in scaling.describe_scalable_targets(ServiceNamespace="sagemaker")["ScalableTargets"]
+        ]
+
+    result = deploy()
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert live_instance_type() == "ml.m5.large"
+    assert registered() == ["endpoint/kokoro-tts/variant/AllTraffic"]
+
+    # The apply alone, with the new type: refused, the way SageMaker refuses it.
+    variables = json.loads((checkout / "terraform/deployment/deploy.tfvars.json").read_text())
+    (checkout / "terraform/deployment/bigger.tfvars.json").write_text(
+        json.dumps({**variables, "instance_type": "ml.m5.xlarge"})
+    )
+    refused = subprocess.run(
+        ["terraform", "-chdir=terraform/deployment", "apply", "-auto-approve", "-var-file=bigger.tfvars.json"],
+        cwd=checkout,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert refused.returncode != 0 and "registered for autoscaling" in refused.stderr
+    (checkout / "terraform/deployment/bigger.tfvars.json").unlink()  # a clean tree again: the images are reused
+    assert live_instance_type() == "ml.m5.large"
+
+    # make deploy with the new type: deregistered, updated, registered again, with its policy.
+    result = deploy(INSTANCE_TYPE="ml.m5.xlarge")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "endpoint/kokoro-tts/variant/AllTraffic: ml.m5.large -> ml.m5.xlarge" in result.stdout
+    assert live_instance_type() == "ml.m5.xlarge"
+    assert registered() == ["endpoint/kokoro-tts/variant/AllTraffic"]
+    [policy] = scaling.describe_scaling_policies(ServiceNamespace="sagemaker")["ScalingPolicies"]
+    metric = policy["TargetTrackingScalingPolicyConfiguration"]["PredefinedMetricSpecification"]
+    assert metric["PredefinedMetricType"] == "SageMakerVariantConcurrentRequestsPerModelHighResolution"
+
+    # Unchanged again: nothing is deregistered.
+    result = deploy(INSTANCE_TYPE="ml.m5.xlarge")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "deregistered" not in result.stdout and registered() == ["endpoint/kokoro-tts/variant/AllTraffic"]

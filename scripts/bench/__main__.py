@@ -129,19 +129,18 @@ async def run_local(plan: Plan, url: str | None, started: float) -> tuple[dict[s
 
 
 async def run_deployed(plan: Plan) -> tuple[dict[str, Any], dict[str, Section]]:
-    from .deployed import read_deployment, run_isolated_deployed
+    from .deployed import read_deployment, run_isolated_deployed, run_runtime_deployed
 
     deployment = read_deployment()  # exits with a clear message when nothing is deployed
-    target = TTSTarget("deployed", endpoint_name=deployment.endpoint_name, region=deployment.region)
     local_only = "local-only section (run `make bench` for it)"
     sections = {
         "isolated_tts": await timed("isolated_tts", run_isolated_deployed(deployment, plan.trials)),
-        "end_to_end": await timed("end_to_end", run_end_to_end(target, plan.e2e_trials)),
+        # The deployed agent itself (AgentCore runtime, Bedrock), not the pipelines run on this machine.
+        "end_to_end": await timed("end_to_end", run_runtime_deployed(deployment, plan.e2e_trials)),
         "transport": Section.skipped(local_only),
         "load": Section.skipped(f"{local_only}: not run against a paid endpoint"),
         "peer": Section.skipped(local_only),
     }
-    sections["end_to_end"].data["agent_runtime_arn"] = deployment.agent_runtime_arn
     backend = f"SageMaker endpoint {deployment.endpoint_name} ({deployment.region}); client on this machine"
     return machine_info(backend), sections
 

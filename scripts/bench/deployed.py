@@ -1,8 +1,9 @@
-"""--target deployed: the endpoint and runtime from Terraform's outputs, and the measurements over SageMaker.
+"""--target deployed: the endpoint and runtime from Terraform's outputs, and the measurements over AWS.
 
 Only what needs the deployment is measured there: isolated_tts over the bidirectional stream (a, b) and the
-response stream (c), and end_to_end with the pipelines running here against the endpoint. The SageMaker
-transports are imported only in this mode: they pull in the AWS SDK.
+response stream (c), and end_to_end through the deployed agent itself: InvokeAgentRuntime on the AgentCore
+runtime, bidi and batch interleaved, timed from this client (request sent → first audio_chunk), with Bedrock as
+the LLM. The AWS transports are imported only in this mode: they pull in the AWS SDK.
 """
 
 from __future__ import annotations
@@ -14,10 +15,12 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from .client import Sample
+from .client import Sample, pct
 from .isolated import summarize
-from .report import Section
-from .texts import FIRST_SENTENCE, REPLY
+from .report import Row, Section
+from .texts import FIRST_SENTENCE, REPLY, SEED_BIDI_SPEEDUP
+
+RUNTIME_PROMPT = "Where is my order, and when will it arrive?"
 
 TERRAFORM_DIR = "terraform/deployment"
 
@@ -115,3 +118,74 @@ async def run_isolated_deployed(deployment: Deployment, trials: int) -> Section:
     section.data["transport"] = "SageMaker InvokeEndpointWithBidirectionalStream (a, b); response stream (c)"
     section.headline += f" (SageMaker endpoint {deployment.endpoint_name}; the one-call baseline runs only locally)"
     return section
+
+
+def _runtime_row(mode: str, trial: Any) -> Row:
+    metrics = trial.metrics
+    return {
+        "mode": mode,
+        "model": trial.model,
+        "client_first_audio_ms": 1000 * trial.first_audio_s if trial.first_audio_s is not None else None,
+        "agent_first_text_ms": metrics.get("first_text_ms"),
+        "agent_first_audio_ms": metrics.get("first_audio_ms"),
+        "agent_text_done_ms": metrics.get("text_done_ms"),
+        "total_ms": 1000 * trial.total_s,
+        "audio_s": trial.audio_s,
+    }
+
+
+async def run_runtime_deployed(deployment: Deployment, trials: int, *, prompt: str = RUNTIME_PROMPT) -> Section:
+    """The deployed agent end to end through its AgentCore runtime: bidi and batch, ``trials`` each, alternating
+    (so drift hits both alike), after one untimed warm-up reply. A failed reply fails the section, never a mean."""
+    if not deployment.agent_runtime_arn:
+        reason = "no agent_runtime_arn output (enable_runtime_outputs is false?)"
+        return Section(f"not measured: {reason}", {"measured": False, "reason": reason})
+    from voice_agent.cli import arn_invoker, run_trial
+
+    invoke = arn_invoker(deployment.agent_runtime_arn)
+    warm = await run_trial(invoke, {"prompt": prompt, "mode": "bidi"})  # a cold runtime, the first Bedrock call
+    runs: dict[str, list[Row]] = {"bidi": [], "batch": []}
+    for _ in range(trials):
+        for mode in ("bidi", "batch"):
+            trial = await run_trial(invoke, {"prompt": prompt, "mode": mode})
+            if trial.error or trial.first_audio_s is None:
+                reason = f"a {mode} reply failed: {trial.error or 'no audio'}"
+                return Section(f"not measured: {reason}", {"measured": False, "reason": reason})
+            runs[mode].append(_runtime_row(mode, trial))
+    modes: dict[str, Row] = {
+        mode: {
+            "mode": mode,
+            "trials": len(rows),
+            "client_first_audio_ms_p50": pct([float(r["client_first_audio_ms"]) for r in rows], 0.5),
+            "agent_first_audio_ms_p50": pct([float(r["agent_first_audio_ms"] or 0.0) for r in rows], 0.5),
+            "agent_text_done_ms_p50": pct([float(r["agent_text_done_ms"] or 0.0) for r in rows], 0.5),
+        }
+        for mode, rows in runs.items()
+    }
+    speedup = float(modes["batch"]["client_first_audio_ms_p50"]) / float(modes["bidi"]["client_first_audio_ms_p50"])
+    model = runs["bidi"][0]["model"]
+    headline = (
+        f"first audio through the AgentCore runtime (p50, client side, {model}): bidi "
+        f"{modes['bidi']['client_first_audio_ms_p50']:.0f} ms, batch {modes['batch']['client_first_audio_ms_p50']:.0f}"
+        f" ms: bidi is {speedup:.2f}× sooner (the seed: {SEED_BIDI_SPEEDUP['deployed']}× deployed)"
+    )
+    return Section(
+        headline,
+        {
+            "measured": True,
+            "target": "deployed",
+            "through": f"InvokeAgentRuntime {deployment.agent_runtime_arn}",
+            "prompt": prompt,
+            "llm": model,
+            "warm_up_model": warm.model,
+            "trials": trials,
+            "modes": modes,
+            "batch_over_bidi_first_audio": speedup,
+            "seed_speedup": SEED_BIDI_SPEEDUP,
+            "runs": runs,
+        },
+        [
+            ("Per mode through the runtime, ms (p50)", list(modes.values())),
+            ("Every reply", runs["bidi"] + runs["batch"]),
+        ],
+    )

@@ -6,9 +6,13 @@
   ecr-login               docker login to the registry of --repository-url
   image-digest            the digest of --repository-url:--tag (exit 3 when the tag is not there)
   tfvars                  the deployment root's var file from the shared outputs and the pushed images
+  release-scaling         before an apply that changes the instance type: deregister the autoscaled variant
   wait                    until the endpoint is InService (exit 1 on Failed, with the FailureReason)
-  smoke                   two sentences through InvokeEndpointWithBidirectionalStream; prints the time to first audio
+  smoke                   the endpoint's health (GPU asserted on ml.g*/ml.p*), then two sentences through
+                          InvokeEndpointWithBidirectionalStream; prints the time to first audio
+  smoke-runtime           one reply of the AgentCore runtime (InvokeAgentRuntime): Bedrock's model, decodable speech
   outputs                 what was deployed: the endpoint name and the runtime ARN
+  deployer-policy         the IAM policy document the deploying identity needs (what the preflight checks)
 
 Settings come from the environment as make passes them (BEDROCK_MODEL_ID, AWS_REGION, INSTANCE_TYPE,
 MIN_INSTANCES, MAX_INSTANCES, WEIGHTS_SOURCE, WEIGHTS_DIR); options override them.
@@ -173,6 +177,26 @@ def _endpoint(args: argparse.Namespace) -> tuple[str, str, str | None]:
     return str(outputs["endpoint_name"]), region, str(model) if model else None
 
 
+def cmd_release_scaling(args: argparse.Namespace) -> int:
+    from .scaling import release_for_instance_type
+    from .tfvars import load_outputs
+
+    outputs = load_outputs(args.deployment_outputs)
+    name, arn = outputs.get("endpoint_name"), outputs.get("endpoint_arn")
+    if not name or not arn:
+        print("  no endpoint in the previous deployment's outputs: nothing to deregister")
+        return 0
+    region = str(arn).split(":")[3]
+    release_for_instance_type(
+        _client("sagemaker", region),
+        _client("application-autoscaling", region),
+        str(name),
+        args.instance_type,
+        log=lambda line: print(line, flush=True),
+    )
+    return 0
+
+
 def cmd_wait(args: argparse.Namespace) -> int:
     from .endpoint import wait_in_service
 
@@ -191,9 +215,16 @@ def cmd_wait(args: argparse.Namespace) -> int:
 
 
 def cmd_smoke(args: argparse.Namespace) -> int:
-    from .smoke import smoke_endpoint
+    from .smoke import endpoint_health, smoke_endpoint
+    from .tfvars import load_outputs
 
     name, region, _ = _endpoint(args)
+    instance_type = args.instance_type
+    if instance_type is None and args.deployment_outputs is not None:
+        instance_type = load_outputs(args.deployment_outputs).get("instance_type")
+    if not args.skip_health:
+        health = endpoint_health(_client("sagemaker-runtime", region), name, instance_type)
+        print(f"  {health.summary()}", flush=True)
     where = f" via {args.endpoint_uri}" if args.endpoint_uri else ""
     print(f"  smoke test: endpoint {name} in {region}{where}", flush=True)
     result = asyncio.run(
@@ -208,6 +239,35 @@ def cmd_smoke(args: argparse.Namespace) -> int:
         )
     )
     print(f"  {result.summary()}")
+    return 0
+
+
+def cmd_smoke_runtime(args: argparse.Namespace) -> int:
+    from .smoke import smoke_runtime
+    from .tfvars import load_outputs
+
+    arn = args.runtime_arn or load_outputs(args.deployment_outputs).get("agent_runtime_arn")
+    if not arn:
+        raise SystemExit("no agent_runtime_arn (enable_runtime_outputs is false?): give --runtime-arn")
+    print(f"  smoke test: AgentCore runtime {arn}", flush=True)
+    result = asyncio.run(
+        smoke_runtime(
+            str(arn),
+            expect_model_id=args.bedrock_model_id or None,
+            qualifier=args.qualifier,
+            attempts=args.attempts,
+            retry_delay_s=args.retry_delay,
+            log=lambda line: print(line, flush=True),
+        )
+    )
+    print(f"  {result.summary()}")
+    return 0
+
+
+def cmd_deployer_policy(args: argparse.Namespace) -> int:
+    from .permissions import policy_json
+
+    sys.stdout.write(policy_json(args.name))
     return 0
 
 
@@ -268,6 +328,11 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("--endpoint-name")
         p.add_argument("--region")
 
+    p = sub.add_parser("release-scaling", help="deregister an autoscaled variant whose instance type changes")
+    p.add_argument("--deployment-outputs", type=Path, required=True, help="the outputs of the deployment in place")
+    p.add_argument("--instance-type", default=env.get("INSTANCE_TYPE") or "ml.g5.xlarge", help="the type to come")
+    p.set_defaults(func=cmd_release_scaling)
+
     p = sub.add_parser("wait", help="wait until the endpoint is InService")
     endpoint_args(p)
     p.add_argument("--timeout", type=float, default=float(env.get("WAIT_TIMEOUT_S") or 3600))
@@ -280,11 +345,28 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--attempts", type=int, default=3)
     p.add_argument("--retry-delay", type=float, default=15.0)
     p.add_argument("--timeout", type=float, default=120.0, help="seconds for one session")
+    p.add_argument("--instance-type", help="the device to expect (cuda on ml.g*/ml.p*); default from the outputs")
+    p.add_argument("--skip-health", action="store_true", help="no InvokeEndpoint health check")
     p.set_defaults(func=cmd_smoke)
+
+    p = sub.add_parser("smoke-runtime", help="one agent reply through InvokeAgentRuntime")
+    p.add_argument("--deployment-outputs", type=Path, help="terraform -chdir=terraform/deployment output -json")
+    p.add_argument("--runtime-arn")
+    p.add_argument("--qualifier", help="the runtime endpoint (default: DEFAULT)")
+    p.add_argument(
+        "--bedrock-model-id", default=env.get("BEDROCK_MODEL_ID", ""), help="the model agent_start must name"
+    )
+    p.add_argument("--attempts", type=int, default=2)
+    p.add_argument("--retry-delay", type=float, default=15.0)
+    p.set_defaults(func=cmd_smoke_runtime)
 
     p = sub.add_parser("outputs", help="print the endpoint name and the runtime ARN")
     p.add_argument("--deployment-outputs", type=Path, required=True)
     p.set_defaults(func=cmd_outputs)
+
+    p = sub.add_parser("deployer-policy", help="print the deploying identity's IAM policy document (JSON)")
+    p.add_argument("--name", default="kokoro-tts", help="the deployment's name: scopes iam:PassRole to <name>-*")
+    p.set_defaults(func=cmd_deployer_policy)
     return parser
 
 

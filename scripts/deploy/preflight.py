@@ -207,9 +207,10 @@ def check_python(report: Report) -> None:
         report.add(f"this Python lacks {', '.join(missing)}.", "make install   (the .venv from requirements.lock)")
 
 
-def check_credentials(region: str, report: Report, session: Any = None) -> None:
+def check_credentials(region: str, report: Report, session: Any = None, *, permissions: bool = False) -> None:
     """Credentials from the default chain (environment, profile, SSO, container, instance), proven by
-    sts:GetCallerIdentity: expired SSO sessions and revoked keys show up here, not an hour into the deploy."""
+    sts:GetCallerIdentity: expired SSO sessions and revoked keys show up here, not an hour into the deploy.
+    With ``permissions``, then every action of scripts/deploy/permissions.py, simulated for that identity."""
     import boto3
     from botocore.config import Config
     from botocore.exceptions import BotoCoreError, ClientError
@@ -234,6 +235,24 @@ def check_credentials(region: str, report: Report, session: Any = None) -> None:
         report.add(f"the AWS credentials do not work: sts:GetCallerIdentity failed ({e}).", fix)
         return
     report.found.append(f"AWS account {identity['Account']} as {identity['Arn']}, region {region}")
+    if permissions:
+        check_deployer_permissions(session.client("iam", config=config), str(identity["Arn"]), report)
+
+
+def check_deployer_permissions(iam: Any, caller_arn: str, report: Report) -> None:
+    from .permissions import check_permissions
+
+    attach = (
+        "attach the deployer policy to that identity: python -m scripts.deploy deployer-policy > deployer.json\n"
+        "(the same document as docs/deployer-policy.json; docs/deploy.md, Permissions)"
+    )
+    result = check_permissions(iam, caller_arn)
+    if result.unchecked:
+        report.warnings.append(f"the deployer's permissions were not checked: {result.unchecked}")
+    elif result.denied:
+        report.add(f"{result.principal} may not: {', '.join(result.denied)}.", attach)
+    else:
+        report.found.append(f"permissions: every action of the deployer policy is allowed for {result.principal}")
 
 
 def check_regions(repo: Path, inputs: DeployInputs, report: Report) -> None:
@@ -255,7 +274,7 @@ def preflight_deploy(repo: Path, env: Mapping[str, str], inputs: DeployInputs, s
     check_docker(env, report)
     check_git(repo, env, report)
     check_regions(repo, inputs, report)
-    check_credentials(inputs.region, report, session)
+    check_credentials(inputs.region, report, session, permissions=True)
     return report
 
 

@@ -1,12 +1,16 @@
-"""The smoke test: one InvokeEndpointWithBidirectionalStream session, two sentences, both spoken.
+"""The smoke tests after deploy: the endpoint's health (the device it really runs on), one
+InvokeEndpointWithBidirectionalStream session (two sentences, both spoken), and one reply of the agent runtime
+(Bedrock's words, spoken).
 
-It goes through the agent's own transport (SageMakerBidiTransport: the real AWS SDK, SigV4, HTTP/2), so a pass
-means the endpoint works the way the agent runtime will call it, not just that it answers /ping.
+The session goes through the agent's own transport (SageMakerBidiTransport: the real AWS SDK, SigV4, HTTP/2) and
+the runtime through the demo client's InvokeAgentRuntime invoker, so a pass means both work the way a caller uses
+them, not just that they answer a ping.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -156,5 +160,149 @@ async def smoke_endpoint(
             log(f"  attempt {attempt}/{attempts} failed ({e}); trying again in {retry_delay_s:.0f} s")
         finally:
             await transport.aclose()
+        await asyncio.sleep(retry_delay_s)
+    raise AssertionError("unreachable")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The endpoint's health: InvokeEndpoint with CustomAttributes "health", which SageMaker forwards to the container
+# as X-Amzn-SageMaker-Custom-Attributes; the container answers its backend, device, model checksum and version.
+
+HEALTH_ATTRIBUTE = "health"
+HEALTH_FIELDS = ("status", "backend", "device", "model_sha256", "version")
+
+
+def is_gpu_instance(instance_type: str) -> bool:
+    """ml.g*/ml.p* carry NVIDIA GPUs; everything else the endpoint runs on is a CPU instance."""
+    family = instance_type.removeprefix("ml.").split(".", 1)[0]
+    return family[:1] in ("g", "p") and family[1:2].isdigit()
+
+
+@dataclass(frozen=True)
+class Health:
+    status: str
+    backend: str
+    device: str
+    model_sha256: str
+    version: str
+
+    def summary(self) -> str:
+        return (
+            f"endpoint health: {self.status}, backend {self.backend} on {self.device}, "
+            f"model sha256 {self.model_sha256[:12]}…, server {self.version}"
+        )
+
+
+def endpoint_health(client: Any, endpoint_name: str, instance_type: str | None) -> Health:
+    """Ask the container what it runs on; SmokeFailure unless it answers every field, says ok, and runs on the
+    device the instance type implies (cuda on ml.g*/ml.p*: a GPU endpoint that fell back to the CPU is a failure)."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    try:
+        answer = client.invoke_endpoint(
+            EndpointName=endpoint_name,
+            CustomAttributes=HEALTH_ATTRIBUTE,
+            ContentType="application/json",
+            Accept="application/json",
+            Body=b"{}",
+        )
+        body = answer["Body"].read()
+    except (BotoCoreError, ClientError) as e:
+        raise SmokeFailure(f"InvokeEndpoint (CustomAttributes={HEALTH_ATTRIBUTE}) failed: {e}") from e
+    try:
+        doc = json.loads(body)
+    except ValueError:
+        doc = None
+    if not isinstance(doc, dict):
+        raise SmokeFailure(f"the health answer is not a JSON object: {body[:200]!r}")
+    missing = [f for f in HEALTH_FIELDS if not isinstance(doc.get(f), str) or not doc[f]]
+    if missing:
+        raise SmokeFailure(f"the health answer lacks {', '.join(missing)}: {doc}")
+    health = Health(**{f: str(doc[f]) for f in HEALTH_FIELDS})
+    if health.status != "ok":
+        raise SmokeFailure(f"the endpoint says it is not ok: {doc}")
+    if instance_type:
+        want = "cuda" if is_gpu_instance(instance_type) else "cpu"
+        if health.device.split(":")[0] != want:
+            raise SmokeFailure(
+                f"the endpoint runs {health.backend} on {health.device}, but {instance_type} should run it on {want}"
+            )
+    return health
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The agent runtime: one InvokeAgentRuntime (bedrock-agentcore, an SSE body), through the demo client's invoker.
+
+RUNTIME_PROMPT = "Say hello and tell me, in two short sentences, what you can do."
+BEDROCK_PREFIX = "bedrock:"  # agent_start's model: voice_agent.models names Bedrock models bedrock:<model id>
+
+
+@dataclass(frozen=True)
+class RuntimeResult:
+    model: str
+    first_audio_s: float
+    audio_s: float
+    text: str
+
+    def summary(self) -> str:
+        words = self.text.split()
+        said = " ".join(words[:12]) + (" …" if len(words) > 12 else "")
+        return (
+            f"runtime smoke test passed: model {self.model}, first audio {self.first_audio_s * 1000:.0f} ms after "
+            f"the request, {self.audio_s:.1f} s of speech: “{said}”"
+        )
+
+
+def check_trial(trial: Any, expect_model_id: str | None = None) -> RuntimeResult:
+    """The agent's reply must come from Bedrock (agent_start's model) and carry speech: 16-bit PCM that decodes
+    to at least a quarter second that is not silence."""
+    import array
+
+    if trial.error:
+        error = trial.error
+        raise SmokeFailure(f"the runtime answered an error: {error.get('code')}: {error.get('message', error)}")
+    problems = []
+    model = trial.model
+    want = f"{BEDROCK_PREFIX}{expect_model_id}" if expect_model_id else None
+    if not model.startswith(BEDROCK_PREFIX) or (want and model != want):
+        problems.append(f"the agent ran model {model!r}, not {want or 'a Bedrock model'} (AGENT_MODEL=bedrock?)")
+    if not any(e.get("type") == "agent_end" for e in trial.events):
+        problems.append("no agent_end event")
+    if trial.audio_format != "pcm" or len(trial.pcm) % 2:
+        problems.append(f"the audio is not 16-bit PCM (format {trial.audio_format}, {len(trial.pcm)} bytes)")
+    else:
+        samples = array.array("h", bytes(trial.pcm))
+        loud = sum(1 for s in samples if abs(s) > 500)
+        if len(samples) < trial.sample_rate // 4 or loud < len(samples) // 50:
+            problems.append(f"no speech in the audio ({len(samples)} samples, {loud} above the noise floor)")
+    if problems:
+        kinds = sorted({str(e.get("type")) for e in trial.events})
+        raise SmokeFailure(f"{'; '.join(problems)} (events seen: {', '.join(kinds) or 'none'})")
+    assert trial.first_audio_s is not None
+    return RuntimeResult(model, trial.first_audio_s, trial.audio_s, trial.text)
+
+
+async def smoke_runtime(
+    runtime_arn: str,
+    *,
+    expect_model_id: str | None = None,
+    qualifier: str | None = None,
+    attempts: int = 2,
+    retry_delay_s: float = 15.0,
+    log: Callable[[str], Any] = print,
+) -> RuntimeResult:
+    """One reply in mode bidi through the deployed runtime; a failed invocation (a cold runtime) is tried again."""
+    from voice_agent.cli import arn_invoker, run_trial
+
+    invoke = arn_invoker(runtime_arn, qualifier=qualifier)
+    for attempt in range(1, attempts + 1):
+        trial = await run_trial(invoke, {"prompt": RUNTIME_PROMPT, "mode": "bidi"})
+        try:
+            return check_trial(trial, expect_model_id)
+        except SmokeFailure as e:
+            client_error = trial.error is not None and trial.error.get("code") == "client_error"
+            if not client_error or attempt == attempts:
+                raise
+            log(f"  attempt {attempt}/{attempts} failed ({e}); trying again in {retry_delay_s:.0f} s")
         await asyncio.sleep(retry_delay_s)
     raise AssertionError("unreachable")

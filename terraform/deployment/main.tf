@@ -3,8 +3,9 @@
 data "aws_partition" "current" {}
 
 locals {
-  endpoint_name      = var.name
-  agent_runtime_name = "${var.name}_agent"
+  endpoint_name = var.name
+  # What the agentcore_runtime module makes of "<name>_agent": hyphens become underscores (AgentRuntimeName).
+  agent_runtime_name = replace("${var.name}_agent", "-", "_")
 
   # <account>.dkr.ecr.<region>.amazonaws.com/<repository>@sha256:... -> the repository ARN the roles pull from.
   ecr_image_pattern    = "^(\\d{12})\\.dkr\\.ecr\\.([a-z0-9-]+)\\.amazonaws\\.com(?:\\.cn)?/([^@:]+)@sha256:[0-9a-f]{64}$"
@@ -22,30 +23,31 @@ module "iam" {
 
   name                 = var.name
   endpoint_name        = local.endpoint_name
-  endpoint_arn         = module.sagemaker_endpoint.endpoint_arn
   weights_bucket_arn   = local.weights_bucket_arn
   weights_prefix       = var.weights_prefix
   weights_kms_key_arn  = var.weights_kms_key_arn
   tts_repository_arn   = local.tts_repository_arn
   agent_repository_arn = local.agent_repository_arn
-  agent_runtime_name   = module.agentcore_runtime.runtime_name
+  agent_runtime_name   = local.agent_runtime_name
   bedrock_model_id     = var.bedrock_model_id
 }
 
 module "sagemaker_endpoint" {
   source = "../modules/sagemaker_endpoint"
 
-  name                            = local.endpoint_name
-  execution_role_arn              = module.iam.sagemaker_role_arn
-  image_uri                       = var.tts_image_uri
-  model_data_s3_uri               = local.weights_s3_uri
-  environment                     = var.tts_environment
-  instance_type                   = var.instance_type
-  initial_instance_count          = var.initial_instance_count
-  min_instance_count              = var.min_instance_count
-  max_instance_count              = var.max_instance_count
-  enable_autoscaling              = var.enable_autoscaling
-  target_invocations_per_instance = var.target_invocations_per_instance
+  name                                 = local.endpoint_name
+  execution_role_arn                   = module.iam.sagemaker_role_arn
+  image_uri                            = var.tts_image_uri
+  model_data_s3_uri                    = local.weights_s3_uri
+  environment                          = var.tts_environment
+  instance_type                        = var.instance_type
+  inference_ami_version                = var.inference_ami_version
+  initial_instance_count               = var.initial_instance_count
+  min_instance_count                   = var.min_instance_count
+  max_instance_count                   = var.max_instance_count
+  enable_autoscaling                   = var.enable_autoscaling
+  target_concurrent_requests_per_model = var.target_concurrent_requests_per_model
+  log_retention_days                   = var.log_retention_days
 }
 
 module "agentcore_runtime" {
@@ -59,4 +61,5 @@ module "agentcore_runtime" {
   region                 = var.region
   environment            = var.agent_environment
   enable_runtime_outputs = var.enable_runtime_outputs
+  log_retention_days     = var.log_retention_days
 }

@@ -13,6 +13,31 @@ output "sagemaker_model_name" {
   value       = module.sagemaker_endpoint.model_name
 }
 
+output "instance_type" {
+  description = "Instance type of the endpoint's variant."
+  value       = module.sagemaker_endpoint.instance_type
+}
+
+output "inference_ami_version" {
+  description = "InferenceAmiVersion of the endpoint's variant (null on CPU instance types)."
+  value       = module.sagemaker_endpoint.inference_ami_version
+}
+
+output "autoscaling_resource_id" {
+  description = "Application Auto Scaling resource id of the variant (null without autoscaling)."
+  value       = module.sagemaker_endpoint.autoscaling_resource_id
+}
+
+output "endpoint_log_group" {
+  description = "CloudWatch log group of the endpoint's containers."
+  value       = module.sagemaker_endpoint.log_group_name
+}
+
+output "agent_runtime_log_group" {
+  description = "CloudWatch log group of the runtime's DEFAULT endpoint (null when enable_runtime_outputs is false)."
+  value       = module.agentcore_runtime.log_group_name
+}
+
 output "agent_runtime_arn" {
   description = "AgentCore runtime ARN to invoke (null when enable_runtime_outputs is false)."
   value       = module.agentcore_runtime.runtime_arn

@@ -127,16 +127,28 @@ variable "max_instance_count" {
   }
 }
 
+variable "inference_ami_version" {
+  description = "Host image of GPU variants, which sets the NVIDIA driver the image's CUDA runs on (al2-ami-sagemaker-inference-gpu-3-1: driver 550); ignored for CPU instance types."
+  type        = string
+  default     = "al2-ami-sagemaker-inference-gpu-3-1"
+}
+
 variable "enable_autoscaling" {
-  description = "Scale the endpoint between min_instance_count and max_instance_count on invocations per instance."
+  description = "Scale the endpoint between min_instance_count and max_instance_count on concurrent requests (open TTS sessions) per instance."
   type        = bool
   default     = true
 }
 
-variable "target_invocations_per_instance" {
-  description = "Autoscaling target: invocations per instance per minute."
+variable "target_concurrent_requests_per_model" {
+  description = "Autoscaling target: open requests (TTS sessions) per instance before another instance is added."
   type        = number
-  default     = 60
+  default     = 16
+}
+
+variable "log_retention_days" {
+  description = "Days CloudWatch keeps the endpoint's and the runtime's logs."
+  type        = number
+  default     = 30
 }
 
 variable "tts_environment" {

@@ -195,6 +195,19 @@ def deployed(args: argparse.Namespace) -> None:
         properties["EnvironmentVariables"]["TTS_ENDPOINT_NAME"] == outputs["endpoint_name"],
         "runtime gets TTS_ENDPOINT_NAME",
     )
+    check(properties["EnvironmentVariables"].get("AGENT_MODEL") == "bedrock", "runtime runs the agent on Bedrock")
+
+    group = endpoint_log_group(args.endpoint, outputs)
+    check(
+        group is not None and group.get("retentionInDays") == 30,
+        f"log group {outputs['endpoint_log_group']} exists with a 30-day retention",
+    )
+
+
+def endpoint_log_group(endpoint: str, outputs: dict[str, Any]) -> dict[str, Any] | None:
+    name = outputs["endpoint_log_group"]
+    groups = client(endpoint, "logs").describe_log_groups(logGroupNamePrefix=name)["logGroups"]
+    return next((g for g in groups if g["logGroupName"] == name), None)
 
 
 def deployment_destroyed(args: argparse.Namespace) -> None:
@@ -218,6 +231,7 @@ def deployment_destroyed(args: argparse.Namespace) -> None:
     except ClientError:
         status = "DELETE_COMPLETE"
     check(status == "DELETE_COMPLETE", "runtime stack is deleted")
+    check(endpoint_log_group(args.endpoint, outputs) is None, "the endpoint's log group is gone")
     # What destroying the deployment must not touch.
     check_shared(args.endpoint, shared)
 

@@ -55,6 +55,12 @@ run "plan_endpoint" {
     error_message = "The default instance type is ml.g5.xlarge."
   }
 
+  # Driver 550 (CUDA 12.4) instead of the default host's 470: the image's CUDA 12 torch needs >= 525.
+  assert {
+    condition     = output.inference_ami_version == "al2-ami-sagemaker-inference-gpu-3-1"
+    error_message = "A GPU variant must run on the al2-ami-sagemaker-inference-gpu-3-1 host image."
+  }
+
   assert {
     condition = module.sagemaker_endpoint.model_data_source == {
       s3_uri           = "s3://kokoro-weights-test/kokoro-82m/v1.0/"
@@ -69,6 +75,34 @@ run "apply_roles_and_runtime" {
   assert {
     condition     = output.endpoint_arn == "arn:aws:sagemaker:us-east-1:123456789012:endpoint/kokoro-tts"
     error_message = "endpoint_arn must come from the endpoint."
+  }
+
+  assert {
+    condition     = module.agentcore_runtime.environment_variables["AGENT_MODEL"] == "bedrock"
+    error_message = "The deployed agent must run on Bedrock (AGENT_MODEL=bedrock), not its scripted stand-in."
+  }
+
+  assert {
+    condition     = output.endpoint_log_group == "/aws/sagemaker/Endpoints/kokoro-tts" && module.sagemaker_endpoint.log_group_name == output.endpoint_log_group
+    error_message = "Terraform owns the endpoint's log group."
+  }
+
+  # The ARN the agent role may invoke is built from the name, so the role does not wait for the endpoint.
+  assert {
+    condition     = module.iam.endpoint_arn == output.endpoint_arn
+    error_message = "The role's endpoint ARN (built from the name) must be the endpoint's real ARN."
+  }
+
+  assert {
+    condition     = output.agent_runtime_log_group == "/aws/bedrock-agentcore/runtimes/kokoro_tts_agent-abcdef1234-DEFAULT"
+    error_message = "Terraform owns the runtime's log group, named after the runtime id."
+  }
+
+  assert {
+    condition = alltrue([
+      for s in jsondecode(module.iam.agent_runtime_role_policy).Statement : !contains(flatten([s.Action]), "logs:CreateLogGroup")
+    ])
+    error_message = "Only Terraform creates the runtime's log group (with its retention)."
   }
 
   # The agent may call this endpoint, with the three invoke actions, and nothing else in SageMaker.
@@ -167,11 +201,12 @@ run "apply_roles_and_runtime" {
 
   assert {
     condition = module.agentcore_runtime.environment_variables == {
+      AGENT_MODEL       = "bedrock"
       TTS_ENDPOINT_NAME = "kokoro-tts"
       AWS_REGION        = "us-east-1"
       BEDROCK_MODEL_ID  = "us.anthropic.claude-3-5-haiku-20241022-v1:0"
     }
-    error_message = "The runtime needs the endpoint name, the region and the model id."
+    error_message = "The runtime needs AGENT_MODEL=bedrock, the endpoint name, the region and the model id."
   }
 
   assert {
@@ -206,6 +241,16 @@ run "emulator_settings" {
   assert {
     condition     = module.sagemaker_endpoint.autoscaling_resource_id == null
     error_message = "enable_autoscaling = false must leave the variant unregistered."
+  }
+
+  assert {
+    condition     = output.inference_ami_version == null
+    error_message = "A CPU variant gets no InferenceAmiVersion (the GPU host images are for ml.g*/ml.p* only)."
+  }
+
+  assert {
+    condition     = output.agent_runtime_log_group == null
+    error_message = "Without the runtime id there is no runtime log group."
   }
 
   assert {

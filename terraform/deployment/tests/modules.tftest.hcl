@@ -21,7 +21,7 @@ mock_provider "aws" {
   }
 }
 
-run "endpoint_scales_on_invocations_per_instance" {
+run "endpoint_scales_on_concurrent_streams" {
   module {
     source = "../modules/sagemaker_endpoint"
   }
@@ -47,8 +47,23 @@ run "endpoint_scales_on_invocations_per_instance" {
   }
 
   assert {
-    condition     = aws_appautoscaling_policy.this[0].target_tracking_scaling_policy_configuration[0].predefined_metric_specification[0].predefined_metric_type == "SageMakerVariantInvocationsPerInstance"
-    error_message = "Target tracking must follow invocations per instance."
+    condition     = aws_appautoscaling_policy.this[0].target_tracking_scaling_policy_configuration[0].predefined_metric_specification[0].predefined_metric_type == "SageMakerVariantConcurrentRequestsPerModelHighResolution"
+    error_message = "Target tracking must follow concurrent requests (open TTS sessions) per model."
+  }
+
+  assert {
+    condition     = aws_appautoscaling_policy.this[0].target_tracking_scaling_policy_configuration[0].target_value == 16
+    error_message = "The default target is 16 open sessions per instance."
+  }
+
+  assert {
+    condition     = aws_sagemaker_endpoint_configuration.this.production_variants[0].inference_ami_version == "al2-ami-sagemaker-inference-gpu-3-1"
+    error_message = "A GPU variant runs on the al2-ami-sagemaker-inference-gpu-3-1 host image (driver 550)."
+  }
+
+  assert {
+    condition     = aws_cloudwatch_log_group.this.name == "/aws/sagemaker/Endpoints/kokoro-tts" && aws_cloudwatch_log_group.this.retention_in_days == 30
+    error_message = "The endpoint's log group is Terraform's, with a 30-day retention."
   }
 
   assert {
@@ -78,6 +93,16 @@ run "runtime_template" {
     role_arn          = "arn:aws:iam::123456789012:role/kokoro-tts-agentcore"
     tts_endpoint_name = "kokoro-tts"
     bedrock_model_id  = "anthropic.claude-3-5-haiku-20241022-v1:0"
+  }
+
+  assert {
+    condition     = jsondecode(aws_cloudformation_stack.this.template_body).Resources.Runtime.Properties.EnvironmentVariables.AGENT_MODEL == "bedrock"
+    error_message = "The runtime runs the agent on Bedrock."
+  }
+
+  assert {
+    condition     = aws_cloudwatch_log_group.runtime[0].name == "/aws/bedrock-agentcore/runtimes/kokoro_tts_agent-abcdef1234-DEFAULT" && aws_cloudwatch_log_group.runtime[0].retention_in_days == 30
+    error_message = "The runtime's log group is Terraform's, named after the runtime id, with a 30-day retention."
   }
 
   assert {
@@ -139,7 +164,6 @@ run "plain_model_id_gets_no_inference_profile" {
   variables {
     name                 = "kokoro-tts"
     endpoint_name        = "kokoro-tts"
-    endpoint_arn         = "arn:aws:sagemaker:us-east-1:123456789012:endpoint/kokoro-tts"
     weights_bucket_arn   = "arn:aws:s3:::kokoro-weights-test"
     weights_prefix       = "kokoro-82m/v1.0/"
     tts_repository_arn   = "arn:aws:ecr:us-east-1:123456789012:repository/kokoro-tts/tts"
@@ -157,6 +181,14 @@ run "plain_model_id_gets_no_inference_profile" {
   }
 
   assert {
+    condition = [
+      for s in jsondecode(aws_iam_role_policy.agent_runtime.policy).Statement : s.Resource
+      if contains(flatten([s.Action]), "sagemaker:InvokeEndpointWithBidirectionalStream")
+    ] == ["arn:aws:sagemaker:us-east-1:123456789012:endpoint/kokoro-tts"]
+    error_message = "The endpoint ARN is built from the endpoint's name."
+  }
+
+  assert {
     condition     = jsondecode(aws_iam_role.agent_runtime.assume_role_policy).Statement[0].Principal.Service == "bedrock-agentcore.amazonaws.com"
     error_message = "The runtime role must trust AgentCore."
   }
@@ -165,4 +197,43 @@ run "plain_model_id_gets_no_inference_profile" {
     condition     = length([for s in jsondecode(aws_iam_role_policy.sagemaker.policy).Statement : s if contains(flatten([s.Action]), "kms:Decrypt")]) == 0
     error_message = "Without a bucket key there is no KMS statement."
   }
+}
+
+run "cpu_variant_gets_no_ami_version" {
+  command = plan
+
+  module {
+    source = "../modules/sagemaker_endpoint"
+  }
+
+  variables {
+    name               = "kokoro-tts"
+    execution_role_arn = "arn:aws:iam::123456789012:role/kokoro-tts-sagemaker"
+    image_uri          = "123456789012.dkr.ecr.us-east-1.amazonaws.com/kokoro-tts/tts@sha256:1111111111111111111111111111111111111111111111111111111111111111"
+    model_data_s3_uri  = "s3://kokoro-weights-test/kokoro-82m/v1.0/"
+    instance_type      = "ml.c7i.xlarge"
+  }
+
+  assert {
+    condition     = aws_sagemaker_endpoint_configuration.this.production_variants[0].inference_ami_version == null
+    error_message = "CPU instance types get no InferenceAmiVersion."
+  }
+}
+
+run "rejects_an_unknown_ami_version" {
+  command = plan
+
+  module {
+    source = "../modules/sagemaker_endpoint"
+  }
+
+  variables {
+    name                  = "kokoro-tts"
+    execution_role_arn    = "arn:aws:iam::123456789012:role/kokoro-tts-sagemaker"
+    image_uri             = "123456789012.dkr.ecr.us-east-1.amazonaws.com/kokoro-tts/tts@sha256:1111111111111111111111111111111111111111111111111111111111111111"
+    model_data_s3_uri     = "s3://kokoro-weights-test/kokoro-82m/v1.0/"
+    inference_ami_version = "al2-ami-sagemaker-inference-gpu-9"
+  }
+
+  expect_failures = [var.inference_ami_version]
 }

@@ -30,6 +30,8 @@ locals {
             NetworkConfiguration  = { NetworkMode = "PUBLIC" }
             ProtocolConfiguration = "HTTP"
             EnvironmentVariables = merge(var.environment, {
+              # The agent's default is its scripted stand-in; the deployed agent speaks Bedrock's words.
+              AGENT_MODEL       = "bedrock"
               TTS_ENDPOINT_NAME = var.tts_endpoint_name
               AWS_REGION        = coalesce(var.region, data.aws_region.current.name)
               BEDROCK_MODEL_ID  = var.bedrock_model_id
@@ -41,6 +43,11 @@ locals {
     # Without the flag the template has no Outputs section at all (an empty one is invalid).
     { for key, value in { Outputs = local.runtime_outputs } : key => value if var.enable_runtime_outputs },
   )
+
+  # AgentCore names the log group of a runtime endpoint /aws/bedrock-agentcore/runtimes/<runtime id>-<endpoint>;
+  # the runtime id exists only once the stack has created the runtime.
+  runtime_id     = var.enable_runtime_outputs ? aws_cloudformation_stack.this.outputs["AgentRuntimeId"] : null
+  log_group_name = local.runtime_id == null ? null : "/aws/bedrock-agentcore/runtimes/${local.runtime_id}-DEFAULT"
 
   # What the stack really carries, for outputs and tests.
   deployed_runtime = jsondecode(aws_cloudformation_stack.this.template_body).Resources.Runtime.Properties
@@ -55,5 +62,19 @@ resource "aws_cloudformation_stack" "this" {
   timeout_in_minutes = var.timeout_minutes
 
   # CloudFormation passes stack tags on to the runtime.
+  tags = var.tags
+}
+
+# Created right after the runtime, before anything invokes it; the runtime's role may write to it but not create
+# it, so this resource is its only creator and destroy removes it.
+resource "aws_cloudwatch_log_group" "runtime" {
+  #checkov:skip=CKV_AWS_158:Log groups are encrypted by CloudWatch Logs by default; pass log_kms_key_arn for a customer-managed key.
+  #checkov:skip=CKV_AWS_338:Retention is log_retention_days (default 30): agent logs are for debugging, not an audit trail.
+  count = var.enable_runtime_outputs ? 1 : 0
+
+  name              = local.log_group_name
+  retention_in_days = var.log_retention_days
+  kms_key_id        = var.log_kms_key_arn
+
   tags = var.tags
 }

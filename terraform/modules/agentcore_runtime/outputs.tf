@@ -32,3 +32,8 @@ output "environment_variables" {
   description = "Environment variables the runtime receives."
   value       = local.deployed_runtime.EnvironmentVariables
 }
+
+output "log_group_name" {
+  description = "CloudWatch log group of the runtime's DEFAULT endpoint (null when enable_runtime_outputs is false)."
+  value       = one(aws_cloudwatch_log_group.runtime[*].name)
+}

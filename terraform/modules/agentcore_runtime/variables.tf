@@ -51,7 +51,7 @@ variable "region" {
 }
 
 variable "environment" {
-  description = "Extra environment variables for the agent (the three above win on a clash)."
+  description = "Extra environment variables for the agent (AGENT_MODEL=bedrock, TTS_ENDPOINT_NAME, AWS_REGION and BEDROCK_MODEL_ID win on a clash)."
   type        = map(string)
   default     = {}
 }
@@ -60,6 +60,23 @@ variable "enable_runtime_outputs" {
   description = "Export the runtime ARN and id from the stack (Fn::GetAtt). Set false only where CloudFormation cannot resolve the attributes, e.g. a local emulator."
   type        = bool
   default     = true
+}
+
+variable "log_retention_days" {
+  description = "Days CloudWatch keeps the runtime's logs (the log group exists only with enable_runtime_outputs, which names the runtime id)."
+  type        = number
+  default     = 30
+
+  validation {
+    condition     = contains([1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557, 2922, 3288, 3653], var.log_retention_days)
+    error_message = "log_retention_days must be a value CloudWatch Logs accepts (1, 3, 5, 7, 14, 30, 60, 90, ... 3653)."
+  }
+}
+
+variable "log_kms_key_arn" {
+  description = "KMS key for the log group; null uses CloudWatch Logs' own encryption."
+  type        = string
+  default     = null
 }
 
 variable "notification_arns" {

@@ -7,6 +7,9 @@ locals {
   region     = data.aws_region.current.name
   account_id = data.aws_caller_identity.current.account_id
   logs_arn   = "arn:${local.partition}:logs:${local.region}:${local.account_id}:log-group"
+  # Built from the name, not read from the endpoint: the roles are complete before the endpoint and the
+  # runtime exist. SageMaker ARNs carry the endpoint name in lower case.
+  endpoint_arn = "arn:${local.partition}:sagemaker:${local.region}:${local.account_id}:endpoint/${lower(var.endpoint_name)}"
 
   # Cross-region inference profiles carry a geography prefix (us., eu., apac., global. ...) before the
   # model id; they route to the foundation model in any of the geography's regions, hence region "*".
@@ -134,10 +137,11 @@ resource "aws_iam_role_policy" "agent_runtime" {
       local.ecr_auth_statement,
       {
         # Runtime log groups are named /aws/bedrock-agentcore/runtimes/<runtime id>-<endpoint>, and the
-        # runtime id starts with the runtime name.
+        # runtime id starts with the runtime name. No CreateLogGroup: Terraform creates the group (with
+        # retention) right after the runtime, so nothing else races it to the name.
         Sid    = "WriteLogs"
         Effect = "Allow"
-        Action = ["logs:CreateLogGroup", "logs:CreateLogStream", "logs:DescribeLogStreams", "logs:PutLogEvents"]
+        Action = ["logs:CreateLogStream", "logs:DescribeLogStreams", "logs:PutLogEvents"]
         Resource = [
           "${local.logs_arn}:/aws/bedrock-agentcore/runtimes/${var.agent_runtime_name}-*",
           "${local.logs_arn}:/aws/bedrock-agentcore/runtimes/${var.agent_runtime_name}-*:*",
@@ -172,7 +176,7 @@ resource "aws_iam_role_policy" "agent_runtime" {
           "sagemaker:InvokeEndpointWithBidirectionalStream",
           "sagemaker:InvokeEndpointWithResponseStream",
         ]
-        Resource = var.endpoint_arn
+        Resource = local.endpoint_arn
       },
     ]
   })

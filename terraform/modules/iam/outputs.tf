@@ -31,3 +31,8 @@ output "agent_runtime_role_policy" {
   description = "Inline policy document of the AgentCore runtime role (JSON)."
   value       = aws_iam_role_policy.agent_runtime.policy
 }
+
+output "endpoint_arn" {
+  description = "ARN of the endpoint the agent role may invoke, built from endpoint_name."
+  value       = local.endpoint_arn
+}

@@ -9,12 +9,7 @@ variable "name" {
 }
 
 variable "endpoint_name" {
-  description = "SageMaker endpoint name: scopes the execution role's log groups."
-  type        = string
-}
-
-variable "endpoint_arn" {
-  description = "ARN of the SageMaker endpoint the agent may invoke (and nothing else)."
+  description = "SageMaker endpoint name: the only endpoint the agent may invoke (its ARN is built from the name), and the execution role's log group."
   type        = string
 }
 

@@ -17,6 +17,25 @@ locals {
     enable_network_isolation = var.enable_network_isolation
   }
   model_name = "${var.name}-${substr(sha256(jsonencode(local.model_settings)), 0, 8)}"
+
+  # InferenceAmiVersion picks the host's NVIDIA driver; it applies to GPU instances only (ml.g*, ml.p*), so a
+  # CPU variant gets none.
+  is_gpu_instance       = can(regex("^ml\\.[gp][0-9]", var.instance_type))
+  inference_ami_version = local.is_gpu_instance ? var.inference_ami_version : null
+
+  # SageMaker writes the container's logs here; Terraform creates it first, so retention applies from the
+  # first line and destroy removes it.
+  log_group_name = "/aws/sagemaker/Endpoints/${var.name}"
+}
+
+resource "aws_cloudwatch_log_group" "this" {
+  #checkov:skip=CKV_AWS_158:Log groups are encrypted by CloudWatch Logs by default; pass log_kms_key_arn for a customer-managed key.
+  #checkov:skip=CKV_AWS_338:Retention is log_retention_days (default 30): container logs are for debugging, not an audit trail.
+  name              = local.log_group_name
+  retention_in_days = var.log_retention_days
+  kms_key_id        = var.log_kms_key_arn
+
+  tags = var.tags
 }
 
 resource "aws_sagemaker_model" "this" {
@@ -58,6 +77,7 @@ resource "aws_sagemaker_endpoint_configuration" "this" {
     initial_instance_count                            = var.initial_instance_count
     container_startup_health_check_timeout_in_seconds = var.container_startup_health_check_timeout
     model_data_download_timeout_in_seconds            = var.model_data_download_timeout
+    inference_ami_version                             = local.inference_ami_version
   }
 
   tags = var.tags
@@ -73,6 +93,9 @@ resource "aws_sagemaker_endpoint" "this" {
   endpoint_config_name = aws_sagemaker_endpoint_configuration.this.name
 
   tags = var.tags
+
+  # Otherwise SageMaker creates the log group itself (without retention) and Terraform's create fails.
+  depends_on = [aws_cloudwatch_log_group.this]
 }
 
 ################################################################################
@@ -94,19 +117,21 @@ resource "aws_appautoscaling_target" "this" {
 resource "aws_appautoscaling_policy" "this" {
   count = var.enable_autoscaling ? 1 : 0
 
-  name               = "${var.name}-invocations-per-instance"
+  # A TTS session is one long request: ConcurrentRequestsPerModel counts the open streams (sampled every
+  # 10 s), where invocations per minute would see one call per hour-long session.
+  name               = "${var.name}-concurrent-requests"
   policy_type        = "TargetTrackingScaling"
   service_namespace  = aws_appautoscaling_target.this[0].service_namespace
   resource_id        = aws_appautoscaling_target.this[0].resource_id
   scalable_dimension = aws_appautoscaling_target.this[0].scalable_dimension
 
   target_tracking_scaling_policy_configuration {
-    target_value       = var.target_invocations_per_instance
+    target_value       = var.target_concurrent_requests_per_model
     scale_in_cooldown  = var.scale_in_cooldown
     scale_out_cooldown = var.scale_out_cooldown
 
     predefined_metric_specification {
-      predefined_metric_type = "SageMakerVariantInvocationsPerInstance"
+      predefined_metric_type = "SageMakerVariantConcurrentRequestsPerModelHighResolution"
     }
   }
 }

@@ -33,6 +33,21 @@ output "instance_type" {
   value       = aws_sagemaker_endpoint_configuration.this.production_variants[0].instance_type
 }
 
+output "inference_ami_version" {
+  description = "InferenceAmiVersion of the variant (null on CPU instance types)."
+  value       = aws_sagemaker_endpoint_configuration.this.production_variants[0].inference_ami_version
+}
+
+output "log_group_name" {
+  description = "CloudWatch log group of the endpoint's containers."
+  value       = aws_cloudwatch_log_group.this.name
+}
+
+output "autoscaling_metric" {
+  description = "Predefined metric the target-tracking policy follows (null without autoscaling)."
+  value       = one(aws_appautoscaling_policy.this[*].target_tracking_scaling_policy_configuration[0].predefined_metric_specification[0].predefined_metric_type)
+}
+
 output "model_data_source" {
   description = "Where the weights come from: s3_uri, s3_data_type and compression_type."
   value = {

@@ -89,14 +89,14 @@ variable "enable_autoscaling" {
   default     = true
 }
 
-variable "target_invocations_per_instance" {
-  description = "Target of SageMakerVariantInvocationsPerInstance (invocations per instance per minute)."
+variable "target_concurrent_requests_per_model" {
+  description = "Target of SageMakerVariantConcurrentRequestsPerModelHighResolution: open requests (TTS sessions) per instance's container before another instance is added."
   type        = number
-  default     = 60
+  default     = 16
 
   validation {
-    condition     = var.target_invocations_per_instance > 0
-    error_message = "target_invocations_per_instance must be positive."
+    condition     = var.target_concurrent_requests_per_model > 0
+    error_message = "target_concurrent_requests_per_model must be positive."
   }
 }
 
@@ -110,6 +110,40 @@ variable "scale_out_cooldown" {
   description = "Seconds after a scale-out before another one."
   type        = number
   default     = 60
+}
+
+variable "inference_ami_version" {
+  description = "InferenceAmiVersion of GPU variants: the host image and its NVIDIA driver (al2-ami-sagemaker-inference-gpu-3-1: driver 550, CUDA 12.4). Ignored for CPU instance types; null keeps SageMaker's default host (driver 470 on ml.g4dn/ml.g5)."
+  type        = string
+  default     = "al2-ami-sagemaker-inference-gpu-3-1"
+
+  # The GPU values of ProductionVariantInferenceAmiVersion (the SageMaker API reference, ProductionVariant).
+  validation {
+    condition = var.inference_ami_version == null ? true : contains([
+      "al2-ami-sagemaker-inference-gpu-2",
+      "al2-ami-sagemaker-inference-gpu-2-1",
+      "al2-ami-sagemaker-inference-gpu-3-1",
+      "al2023-ami-sagemaker-inference-gpu-4-1",
+    ], var.inference_ami_version)
+    error_message = "inference_ami_version must be a GPU InferenceAmiVersion (al2-ami-sagemaker-inference-gpu-2, -gpu-2-1, -gpu-3-1, al2023-ami-sagemaker-inference-gpu-4-1) or null."
+  }
+}
+
+variable "log_retention_days" {
+  description = "Days CloudWatch keeps the endpoint's logs (/aws/sagemaker/Endpoints/<name>)."
+  type        = number
+  default     = 30
+
+  validation {
+    condition     = contains([1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557, 2922, 3288, 3653], var.log_retention_days)
+    error_message = "log_retention_days must be a value CloudWatch Logs accepts (1, 3, 5, 7, 14, 30, 60, 90, ... 3653)."
+  }
+}
+
+variable "log_kms_key_arn" {
+  description = "KMS key for the log group; null uses CloudWatch Logs' own encryption."
+  type        = string
+  default     = null
 }
 
 variable "container_startup_health_check_timeout" {
