@@ -69,7 +69,7 @@ lint: $(VENV)/.installed ## ruff and mypy only
 
 LOCK := $(UV) pip compile pyproject.toml --generate-hashes --quiet --python-version 3.12 --custom-compile-command "make lock"
 lock: | $(UV) ## re-pin every lock (exact versions with hashes, no download addresses)
-	$(LOCK) --extra server --extra agent --extra mirror --extra dev -o requirements.lock
+	$(LOCK) --extra server --extra agent --extra mirror --extra gpu --extra dev -o requirements.lock
 	$(LOCK) --extra server --python-platform x86_64-manylinux_2_28 -o container/requirements-onnx.lock
 	$(LOCK) --extra server --extra gpu --python-platform x86_64-manylinux_2_28 -o container/requirements-torch.lock
 	$(LOCK) --extra agent --python-platform aarch64-manylinux_2_28 -o agent/requirements.lock
