@@ -141,3 +141,9 @@ variable "tags" {
   type        = map(string)
   default     = {}
 }
+
+variable "inference_ami_version" {
+  description = "SageMaker InferenceAmiVersion of the GPU hosts: its NVIDIA driver must run the image's CUDA 12 runtime (docs/deploy.md#cuda-and-the-sagemaker-driver)."
+  type        = string
+  default     = "al2-ami-sagemaker-inference-gpu-3-1"
+}
