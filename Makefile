@@ -14,7 +14,7 @@ PYTHON312    = $(shell scripts/find_python.sh)
 
 export KOKORO_MODEL_DIR ?= $(abspath $(MODEL_DIR))
 
-.PHONY: help install weights serve demo agent bench test tf-check lint lock clean deploy destroy
+.PHONY: help install weights serve demo agent bench gpu-check test tf-check lint lock clean deploy destroy
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -47,11 +47,14 @@ agent: install ## run the agent app locally on the scripted model (make agent PO
 bench: install ## benchmarks (TARGET=local|deployed, QUICK=1): bench/results/latest.{json,md} and plots
 	$(PY) -m scripts.bench --target $(TARGET) $(if $(QUICK),--quick)
 
+gpu-check: install ## on an NVIDIA GPU host: torch backend on CUDA, first audio and 1/8/32 sessions (bench/results/gpu.json)
+	timeout 480 $(PY) -m scripts.gpu_check
+
 test: install ## lint, type-check, the test suite, and the Terraform checks
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
-	$(VENV)/bin/mypy --explicit-package-bases scripts/bench scripts/deploy scripts/demo.py
+	$(VENV)/bin/mypy --explicit-package-bases scripts/bench scripts/deploy scripts/demo.py scripts/gpu_check.py
 	$(VENV)/bin/pytest
 	scripts/terraform_checks.sh
 
@@ -66,7 +69,7 @@ destroy: $(VENV)/.installed ## remove the deployment (DESTROY_SHARED=1: the imag
 
 lint: $(VENV)/.installed ## ruff and mypy only
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check . && $(VENV)/bin/mypy \
-	  && $(VENV)/bin/mypy --explicit-package-bases scripts/bench scripts/deploy scripts/demo.py
+	  && $(VENV)/bin/mypy --explicit-package-bases scripts/bench scripts/deploy scripts/demo.py scripts/gpu_check.py
 
 LOCK := $(UV) pip compile pyproject.toml --generate-hashes --quiet --python-version 3.12 --custom-compile-command "make lock"
 lock: | $(UV) ## re-pin every lock (exact versions with hashes, no download addresses)

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-
 # The oldest driver each CUDA major's runtimes run on, newer minors included (NVIDIA, "Minor Version
 # Compatibility", table 1): 11.x >= 450, 12.x >= 525, 13.x >= 580.
 MINOR_COMPAT_DRIVER_FLOOR: dict[int, int] = {11: 450, 12: 525, 13: 580}
