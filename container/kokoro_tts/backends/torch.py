@@ -44,7 +44,7 @@ def pick_device(torch: Any, device: str) -> str:
         if problem:
             raise RuntimeError(
                 f"KOKORO_DEVICE={device} but {problem}. Run on a GPU host whose NVIDIA driver supports CUDA "
-                f"{torch.version.cuda or '12'} (docs/deploy.md#cuda-and-the-sagemaker-driver), or set "
+                f"{torch.version.cuda or '12'} (docs/gpu.md), or set "
                 "KOKORO_DEVICE=cpu (or auto) to accept the CPU."
             )
         return device

@@ -143,7 +143,7 @@ variable "tags" {
 }
 
 variable "inference_ami_version" {
-  description = "SageMaker InferenceAmiVersion of the GPU hosts: its NVIDIA driver must run the image's CUDA 12 runtime (docs/deploy.md#cuda-and-the-sagemaker-driver)."
+  description = "SageMaker InferenceAmiVersion of the GPU hosts: its NVIDIA driver must run the image's CUDA 12 runtime (docs/gpu.md)."
   type        = string
   default     = "al2-ami-sagemaker-inference-gpu-3-1"
 }
