@@ -71,3 +71,10 @@ def test_an_unknown_ami_version_is_an_error_not_a_guess() -> None:
     with pytest.raises(ValueError, match="unknown InferenceAmiVersion"):
         host_of("al2-ami-sagemaker-inference-gpu-9")
     assert {h.max_cuda_major for h in SAGEMAKER_INFERENCE_AMIS.values()} == {12}
+
+
+def test_the_dev_lock_carries_the_gpu_image_torch_stack() -> None:
+    """make test and make gpu-check run the very torch, kokoro and CUDA runtimes the GPU image installs."""
+    dev, image = locked(REPO / "requirements.lock"), locked(TORCH_LOCK)
+    stack = [n for n in image if n in ("torch", "kokoro", "triton") or n.startswith("nvidia-")]
+    assert {n: dev.get(n) for n in stack} == {n: image[n] for n in stack}
