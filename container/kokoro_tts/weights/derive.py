@@ -250,14 +250,14 @@ class DeriveResult:
 
 def derive_torch(dest: str | Path, force: bool = False) -> DeriveResult:
     """Write DEST/kokoro-v1_0-int8-derived.pth from DEST/kokoro.onnx and list it in the manifest (atomically)."""
-    import torch
-
     layout = WeightLayout(dest)
     manifest = layout.read_manifest()
     target = layout.root / DERIVED_TORCH
     entry = manifest.files.get(DERIVED_TORCH)
     if not force and entry is not None and target.is_file() and target.stat().st_size == entry.bytes:
         return DeriveResult(target, derived=False, filled=tuple(UNRECOVERABLE))
+    import torch
+
     layout.verify(full=False)
     state, filled = derive_state_dict(layout.onnx_path, layout.config_path)
     buffer = io.BytesIO()
