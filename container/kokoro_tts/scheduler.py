@@ -11,10 +11,41 @@ from __future__ import annotations
 import asyncio
 import heapq
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
+
+from .errors import ErrorCode, TTSError
+
+
+class Limit:
+    """A count with a ceiling: past it, new work is refused with ``server_busy`` at once instead of queueing."""
+
+    def __init__(self, what: str, ceiling: int) -> None:
+        self.what = what
+        self.ceiling = ceiling
+        self.count = 0
+
+    def acquire(self) -> None:
+        if self.count >= self.ceiling:
+            raise TTSError(
+                ErrorCode.SERVER_BUSY,
+                f"The server is at its limit of {self.ceiling} {self.what}; retry in a few seconds.",
+            )
+        self.count += 1
+
+    def release(self) -> None:
+        self.count -= 1
+
+    @contextmanager
+    def hold(self) -> Iterator[None]:
+        self.acquire()
+        try:
+            yield
+        finally:
+            self.release()
 
 
 @dataclass(order=True)
