@@ -34,6 +34,7 @@ def create_app(
 
     async def bidirectional_stream(websocket: WebSocket) -> None:
         if websocket.app.state.draining:
+            await websocket.accept()  # accepted first, so that the client reads the code and the reason
             await websocket.close(code=1001, reason="shutting_down: the server is stopping")
             return
         engine: TTSEngine | None = websocket.app.state.engine
@@ -43,6 +44,7 @@ def create_app(
         try:
             engine.sessions.acquire()
         except TTSError as error:  # the close reason starts with the stable code
+            await websocket.accept()
             await websocket.close(code=1013, reason=f"{error.code}: too many sessions; retry in a few seconds")
             return
         session = BidiSession(websocket, engine)

@@ -64,6 +64,8 @@ class DeadlineScheduler:
         self._seq = itertools.count()
         self._ready = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
+        self.started = 0  # jobs handed to a worker thread so far
+        self.running = 0  # jobs in a worker thread now
 
     @property
     def pending(self) -> int:
@@ -96,6 +98,8 @@ class DeadlineScheduler:
             job = heapq.heappop(self._heap)
             if job.future.done():  # its caller went away before its turn
                 continue
+            self.started += 1
+            self.running += 1
             try:
                 result = await loop.run_in_executor(self._executor, job.fn)
             except Exception as exc:  # handed to the caller, who decides what the client reads
@@ -104,3 +108,5 @@ class DeadlineScheduler:
             else:
                 if not job.future.done():
                     job.future.set_result(result)
+            finally:
+                self.running -= 1

@@ -24,6 +24,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 from .audio import SAMPLE_RATE, AudioFormat, audio_format, make_encoder
 from .engine import SpeechRequest, TTSEngine
 from .errors import INTERNAL_ERROR_MESSAGE, ErrorCode, TTSError
+from .hypercorn_hardening import OVERSIZE_KEY
 from .protocol import Cancel, Close, Config, Synthesize, is_set, parse_message
 
 log = logging.getLogger(__name__)
@@ -100,6 +101,11 @@ class BidiSession:
             if raw is None:
                 raw = message.get("text") or ""
             try:
+                if oversize := message.get(OVERSIZE_KEY):
+                    raise TTSError(
+                        ErrorCode.MESSAGE_TOO_LARGE,
+                        f"The message has {oversize} bytes; the limit is {self._settings.max_message_bytes}.",
+                    )
                 await self._handle(parse_message(raw, self._settings.max_message_bytes))
             except TTSError as error:
                 await self._send_error(error)
