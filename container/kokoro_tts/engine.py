@@ -75,6 +75,8 @@ class TTSEngine:
         from .weights.layout import WeightLayout
 
         layout = WeightLayout(settings.model_dir)
+        if problems := layout.problems():  # cheap (sizes only): says which file, not onnxruntime's NO_SUCHFILE
+            raise FileNotFoundError(f"incomplete weight layout: {'; '.join(problems)[:300]}")
         return cls(settings, load_backend(settings), VoiceBank(layout), Phonemizer(layout.config()["vocab"]))
 
     def start(self) -> None:
