@@ -14,7 +14,7 @@ PYTHON312    = $(shell scripts/find_python.sh)
 
 export KOKORO_MODEL_DIR ?= $(abspath $(MODEL_DIR))
 
-.PHONY: help install weights serve demo agent bench test tf-check lint lock clean deploy destroy
+.PHONY: help install weights serve demo agent bench soak test tf-check lint lock clean deploy destroy
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -45,6 +45,9 @@ agent: install ## run the agent app locally on the scripted model (make agent PO
 
 bench: install ## benchmarks (TARGET=local|deployed, QUICK=1): bench/results/latest.{json,md} and plots
 	$(PY) -m scripts.bench --target $(TARGET) $(if $(QUICK),--quick)
+
+soak: install ## resource soak of the real serve: churn, vanishing sessions, bombs; fds/threads/RSS/CPU back to baseline
+	$(PY) scripts/soak.py --json bench/results/soak.json
 
 test: install ## lint, type-check, the test suite, and the Terraform checks
 	$(VENV)/bin/ruff check .
