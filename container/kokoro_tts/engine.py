@@ -142,8 +142,9 @@ class TTSEngine:
             raise TTSError(ErrorCode.INVALID_SPEED, f"'speed' must be a number from {lo} to {hi}, not {shown}.")
         return float(speed)
 
-    async def stream(self, request: SpeechRequest) -> AsyncGenerator[AudioChunk]:
-        """Audio batch by batch; a chunk with nothing speakable (emoji only, say) is skipped."""
+    async def stream(self, request: SpeechRequest, due: float | None = None) -> AsyncGenerator[AudioChunk]:
+        """Audio batch by batch; a chunk with nothing speakable (emoji only, say) is skipped. ``due``: when the first
+        chunk is needed (loop time; default now), later for a session whose earlier audio is still playing."""
         loop = asyncio.get_running_loop()
         texts = deque(split_utterance(request.text))
         batches: deque[tuple[str, list[int]]] = deque()  # phonemized, not yet synthesized
@@ -159,7 +160,7 @@ class TTSEngine:
             text, ids = batches.popleft()
             return await self._batch_job(index, text, ids, request, due)
 
-        deadline = loop.time()
+        deadline = loop.time() if due is None else max(due, loop.time())
         pending: asyncio.Task[AudioChunk | None] | None = asyncio.create_task(next_chunk(0, deadline))
         try:
             while pending is not None:

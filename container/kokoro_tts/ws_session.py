@@ -59,6 +59,10 @@ class BidiSession:
         self._ids = itertools.count(1)
 
         self._draining = False
+        # When the audio sent so far will have finished playing (loop time): a sentence queued while earlier ones
+        # still play is not needed now, so it yields to other clients' first audio (HTTP batch replies included,
+        # which would otherwise wait behind every sentence of every session and time out).
+        self._played_until = 0.0
         self._speaker: asyncio.Task[None] | None = None
 
     async def run(self) -> None:
@@ -197,7 +201,8 @@ class BidiSession:
     async def _speak_one(self, utterance: _Utterance) -> None:
         encoder = make_encoder(utterance.format)
         sent_bytes, audio_ms, synth_ms, started = 0, 0.0, 0.0, False
-        async with aclosing(self._engine.stream(utterance.request)) as stream:
+        loop = asyncio.get_running_loop()
+        async with aclosing(self._engine.stream(utterance.request, due=self._played_until)) as stream:
             while not utterance.cancelled:
                 try:
                     if started:
@@ -227,6 +232,7 @@ class BidiSession:
                 data = encoder.encode(chunk.pcm)
                 if data:
                     await self._send_bytes(data)
+                self._played_until = max(self._played_until, loop.time()) + chunk.audio_ms / 1000.0
                 sent_bytes += len(data)
                 audio_ms += chunk.audio_ms
                 synth_ms += chunk.synth_ms
