@@ -14,7 +14,7 @@ PYTHON312    = $(shell scripts/find_python.sh)
 
 export KOKORO_MODEL_DIR ?= $(abspath $(MODEL_DIR))
 
-.PHONY: help install weights serve demo agent bench gpu-check prereqs test tf-check lint lock clean deploy destroy
+.PHONY: help install weights serve demo agent bench soak gpu-check prereqs test tf-check lint lock clean deploy destroy
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -48,6 +48,9 @@ agent: install ## run the agent app on the scripted LLM, PORT=8081; start `make 
 
 bench: install ## benchmarks (TARGET=local|deployed): bench/results/latest.{json,md}, plots; QUICK=1: bench/results/quick/
 	$(PY) -m scripts.bench --target $(TARGET) $(if $(QUICK),--quick)
+
+soak: install ## resource soak of the real serve: churn, vanishing sessions, bombs; fds/threads/RSS/CPU back to baseline
+	$(PY) scripts/soak.py --json bench/results/soak.json
 
 gpu-check: install ## on an NVIDIA GPU host: torch backend on CUDA, first audio and 1/8/32 sessions (bench/results/gpu.json)
 	timeout 480 $(PY) -m scripts.gpu_check

@@ -32,3 +32,18 @@ def test_tts_image_follows_the_sagemaker_contract() -> None:
         assert "--hash=sha256:" in lock.read_text()
     assert "torch==" in (REPO / "container" / "requirements-torch.lock").read_text()
     assert "torch==" not in (REPO / "container" / "requirements-onnx.lock").read_text()
+
+
+@pytest.mark.parametrize("dockerfile", sorted(REPO.glob("*/Dockerfile")), ids=lambda p: str(p.relative_to(REPO)))
+def test_base_images_take_a_digest_and_uv_is_installed_by_hash(dockerfile: Path) -> None:
+    text = dockerfile.read_text()
+    froms = [line for line in text.splitlines() if line.startswith("FROM ")]
+    assert froms and all("python:3.12-slim-bookworm${PYTHON_DIGEST:+@}${PYTHON_DIGEST}" in f for f in froms)
+    assert "pip install --no-cache-dir --require-hashes -r /tmp/requirements-uv.lock" in text
+    assert "uv==" not in text  # the version lives in the hashed lock only
+    lock = (REPO / "requirements-uv.lock").read_text()
+    assert "uv==" in lock and lock.count("--hash=sha256:") >= 2
+
+
+def test_tts_image_listens_beyond_loopback_explicitly() -> None:
+    assert "ENV HOST=0.0.0.0" in (REPO / "container" / "Dockerfile").read_text()  # serve defaults to 127.0.0.1

@@ -44,6 +44,15 @@ BAD_MESSAGES: list[tuple[str, str | bytes, str]] = [
     ("control characters only", '{"text": "\\u0001\\u0002"}', "nothing_to_speak"),
     ("punctuation only", '{"text": "?! ... --"}', "nothing_to_speak"),
     ("message over 64 KiB", "x" * 70_000, "message_too_large"),
+    ("message over 4 MiB", "x" * (5 * 1024 * 1024), "message_too_large"),  # past Hypercorn's own limit
+    ("speed of 400 digits", '{"text": "hi", "speed": ' + "9" * 400 + "}", "invalid_speed"),
+    ("a 4,301-digit number", json.dumps({"text": "1" * 4301}), "number_too_long"),
+    ("a 101-digit number", json.dumps({"text": f"Call {'7' * 101} now."}), "number_too_long"),
+    ("id with a lone surrogate", '{"text": "hi", "id": "\\ud800"}', "invalid_id"),
+    ("integer id of 4,000 digits", '{"text": "hi", "id": ' + "9" * 4000 + "}", "invalid_id"),
+    ("string id of 129 characters", json.dumps({"text": "hi", "id": "x" * 129}), "invalid_id"),
+    ("blend weights that overflow", '{"text": "hi", "voice": "af_heart:1e308,af_bella:1e308"}', "invalid_voice"),
+    ("voice with a lone surrogate", '{"text": "hi", "voice": "\\ud800"}', "invalid_voice"),
 ]
 
 
@@ -64,6 +73,15 @@ async def test_bad_config_changes_nothing(server: Any) -> None:
     async with connect(server.ws_url) as ws:
         await ws.send(json.dumps({"type": "config", "format": "wav", "speed": 99}))
         assert json.loads(await ws.recv())["code"] == "invalid_speed"
+        await ws.send(json.dumps({"text": "Fine.", "id": "x"}))
+        start = json.loads(await ws.recv())
+        assert start["type"] == "synthesis_start" and start["format"] == "pcm"
+
+
+async def test_config_format_null_restores_the_default(server: Any) -> None:
+    async with connect(server.ws_url) as ws:
+        await ws.send(json.dumps({"type": "config", "format": "wav"}))
+        await ws.send(json.dumps({"type": "config", "format": None}))
         await ws.send(json.dumps({"text": "Fine.", "id": "x"}))
         start = json.loads(await ws.recv())
         assert start["type"] == "synthesis_start" and start["format"] == "pcm"

@@ -10,6 +10,7 @@ import argparse
 import asyncio
 import contextlib
 import dataclasses
+import json
 import logging
 import os
 import threading
@@ -19,6 +20,7 @@ from typing import Any
 
 from bedrock_agentcore.runtime import BedrockAgentCoreApp
 from starlette.middleware import Middleware
+from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from strands import Agent
 
@@ -31,6 +33,8 @@ from .transports.base import BatchTTS, SessionOptions, TTSTransport
 log = logging.getLogger(__name__)
 
 MODES = ("bidi", "batch")
+# A prompt is at most max_prompt_chars (8,000 by default): a body of 1 MiB is generous, and is all that is read.
+MAX_BODY_BYTES = 1024 * 1024
 FORMATS = ("pcm", "wav", "mp3", "opus", "aac")
 
 ModelFactory = Callable[[str | None], BuiltModel]
@@ -210,6 +214,55 @@ class HangupMiddleware:
             hangup.fire()  # the response is over either way: nothing of this request may keep running
 
 
+class BodyGuard:
+    """Pure ASGI, before the SDK: POST /invocations bodies are read up to ``MAX_BODY_BYTES`` (413 past it, without
+    reading the rest) and must be JSON (400 invalid_json), each answered ``{"error": {"code", "message"}}``."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope.get("path") != "/invocations" or scope.get("method") != "POST":
+            await self.app(scope, receive, send)
+            return
+        body = bytearray()
+        more = True
+        declared = dict(scope.get("headers", [])).get(b"content-length", b"0")
+        too_large = declared.isdigit() and int(declared) > MAX_BODY_BYTES
+        while more and not too_large:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            body += message.get("body", b"")
+            more = message.get("more_body", False)
+            too_large = len(body) > MAX_BODY_BYTES
+        if too_large:
+            too_long = f"the body is over {MAX_BODY_BYTES} bytes"
+            await _error(scope, receive, send, 413, ErrorCode.BODY_TOO_LARGE, too_long)
+            return
+        try:
+            json.loads(body)
+        except (ValueError, RecursionError):
+            await _error(scope, receive, send, 400, ErrorCode.INVALID_JSON, "the body is not JSON")
+            return
+        replayed = False
+
+        async def replay() -> Message:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": bytes(body), "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
+
+
+async def _error(scope: Scope, receive: Receive, send: Send, status: int, code: ErrorCode, message: str) -> None:
+    response = JSONResponse({"error": {"code": code.value, "message": message}}, status_code=status)
+    response.headers["connection"] = "close"  # the rest of an unread body is never read
+    await response(scope, receive, send)
+
+
 def _hangup_of(context: Any) -> Hangup | None:
     request = getattr(context, "request", None)
     hangup = getattr(request, "scope", {}).get(HANGUP_SCOPE_KEY)
@@ -302,7 +355,7 @@ def create_app(
         transport = transport or default_transport
         batch = batch or default_batch
     factory: ModelFactory = model_factory or (lambda model_id: build_model(settings, model_id))
-    app = BedrockAgentCoreApp(middleware=[Middleware(HangupMiddleware)])
+    app = BedrockAgentCoreApp(middleware=[Middleware(BodyGuard), Middleware(HangupMiddleware)])
     if settings.web_page:  # the local demo page (docs/web.md); main() decides when it is unset
         from .web import web_routes
 

@@ -18,6 +18,8 @@ Event = dict[str, Any]
 class ErrorCode(StrEnum):
     # The request
     INVALID_REQUEST = "invalid_request"  # not a JSON object, or a field of the wrong type
+    INVALID_JSON = "invalid_json"  # the body is not JSON at all (HTTP 400, before any event)
+    BODY_TOO_LARGE = "body_too_large"  # the body is over MAX_BODY_BYTES (HTTP 413, never read in full)
     EMPTY_PROMPT = "empty_prompt"
     PROMPT_TOO_LONG = "prompt_too_long"
     UNKNOWN_MODE = "unknown_mode"

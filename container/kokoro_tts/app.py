@@ -1,4 +1,8 @@
-"""The Starlette application: routes, and the model loaded in the background so /ping can say 503 meanwhile."""
+"""The Starlette application: routes, and the model loaded in the background so /ping can say 503 meanwhile.
+
+A model that cannot load is fatal: one log line says why and how to fix it, and ``on_fatal`` (``serve`` passes
+one) stops the process; /ping never turns 200. On shutdown ``begin_shutdown`` drains the sessions (ws_session.py).
+"""
 
 from __future__ import annotations
 
@@ -12,6 +16,7 @@ from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket
 
 from .engine import TTSEngine
+from .errors import TTSError
 from .http_api import health, invocations, openai_speech, ping
 from .settings import Settings
 from .ws_session import BidiSession
@@ -20,21 +25,42 @@ log = logging.getLogger(__name__)
 
 
 def create_app(
-    settings: Settings | None = None, load_engine: Callable[[Settings], TTSEngine] = TTSEngine.load
+    settings: Settings | None = None,
+    load_engine: Callable[[Settings], TTSEngine] = TTSEngine.load,
+    on_fatal: Callable[[str], None] | None = None,
 ) -> Starlette:
     settings = settings or Settings()
+    sessions: set[BidiSession] = set()
 
     async def bidirectional_stream(websocket: WebSocket) -> None:
+        if websocket.app.state.draining:
+            await websocket.accept()  # accepted first, so that the client reads the code and the reason
+            await websocket.close(code=1001, reason="shutting_down: the server is stopping")
+            return
         engine: TTSEngine | None = websocket.app.state.engine
         if engine is None:
             await websocket.close(code=1013, reason="model loading; retry when GET /ping answers 200")
             return
-        await BidiSession(websocket, engine).run()
+        try:
+            engine.sessions.acquire()
+        except TTSError as error:  # the close reason starts with the stable code
+            await websocket.accept()
+            await websocket.close(code=1013, reason=f"{error.code}: too many sessions; retry in a few seconds")
+            return
+        session = BidiSession(websocket, engine)
+        sessions.add(session)
+        try:
+            await session.run()
+        finally:
+            sessions.discard(session)
+            engine.sessions.release()
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         app.state.engine = None
-        loading = asyncio.create_task(_load(app, settings, load_engine))
+        app.state.draining = False
+        app.state.sessions = sessions
+        loading = asyncio.create_task(_load(app, settings, load_engine, on_fatal))
         try:
             yield
         finally:
@@ -55,14 +81,50 @@ def create_app(
     )
 
 
-async def _load(app: Starlette, settings: Settings, load_engine: Callable[[Settings], TTSEngine]) -> None:
+def begin_shutdown(app: Starlette, grace_s: float) -> list[asyncio.Task[None]]:
+    """Refuse new work (HTTP and sessions answer shutting_down, /ping 503) and drain every session: the utterance
+    in flight may finish within ``grace_s``; then each session closes with 1001."""
+    app.state.draining = True
+    return [asyncio.create_task(session.shutdown(grace_s)) for session in list(app.state.sessions)]
+
+
+async def _load(
+    app: Starlette,
+    settings: Settings,
+    load_engine: Callable[[Settings], TTSEngine],
+    on_fatal: Callable[[str], None] | None,
+) -> None:
     loop = asyncio.get_running_loop()
     try:
         engine = await loop.run_in_executor(None, load_engine, settings)
         await loop.run_in_executor(None, engine.warm_up)
-    except Exception:
-        log.exception("loading the model from %s failed; /ping stays 503", settings.model_dir)
+    except Exception as exc:
+        message = load_failure(exc, settings)
+        log.error("%s", message)
+        log.debug("the load failure in full", exc_info=True)
+        if on_fatal is not None:
+            on_fatal(message)
         return
     engine.start()
     app.state.engine = engine
     log.info("model ready: backend=%s device=%s", engine.backend.name, engine.backend.device)
+
+
+def load_failure(exc: BaseException, settings: Settings) -> str:
+    """One line: why the model cannot load, and what to change."""
+    where = f"KOKORO_BACKEND={settings.backend}, KOKORO_DEVICE={settings.device}"
+    if isinstance(exc, ModuleNotFoundError):
+        return (
+            f"cannot load the model: the Python package {exc.name!r} is not installed ({where}); "
+            "install the image built for this backend, or set KOKORO_BACKEND=onnx"
+        )
+    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    if isinstance(exc, OSError) or type(exc).__name__ in ("LayoutError", "ChecksumMismatch"):
+        return (
+            f"cannot load the model: the weights in {settings.model_dir} are missing or incomplete ({text}); "
+            "fetch them with `make weights` (or `python -m kokoro_tts.weights fetch`), or point KOKORO_MODEL_DIR "
+            "at a complete layout"
+        )
+    if any(word in text.lower() for word in ("cuda", "gpu", "nvidia", "driver")):
+        return f"cannot load the model: no usable GPU ({text}; {where}); run on a GPU host or set KOKORO_DEVICE=cpu"
+    return f"cannot load the model ({where}): {type(exc).__name__}: {text}"

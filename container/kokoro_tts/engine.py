@@ -1,17 +1,22 @@
 """The synthesis engine: text in, int16 PCM chunks out, one chunk per sentence or clause.
 
 ``TTSEngine.stream`` plans the utterance, then keeps one chunk of look-ahead: while chunk i is being sent,
-chunk i+1 is being synthesized. Chunks are scheduled by deadline (see scheduler.py) so sessions share cores
-fairly. Stopping the iteration (client gone, cancel) drops the chunks not yet started.
+chunk i+1 is being synthesized. Every scheduler job is bounded: phonemizing one text chunk (at most
+``MAX_CHUNK_CHARS``), or running the model on one batch of at most 510 tokens; so no utterance can hold a worker
+for longer than one batch, whatever its text. Jobs are scheduled by deadline (see scheduler.py) so sessions share
+cores fairly. Stopping the iteration (client gone, cancel) drops the jobs not yet started.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import time
+from collections import deque
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 
@@ -19,12 +24,17 @@ from .audio import SAMPLE_RATE, float_to_pcm16
 from .backends import Backend, load_backend
 from .errors import ErrorCode, TTSError
 from .phonemes import Phonemizer, clean_text
-from .scheduler import DeadlineScheduler
+from .scheduler import DeadlineScheduler, Limit
 from .settings import Settings
 from .text_chunks import split_utterance
 from .voices import Voice, VoiceBank
 
 log = logging.getLogger(__name__)
+
+# A run of digits longer than this is refused: misaki reads digits as one number (num2words overflows past ~300
+# digits, Python's int-string limit stops it at 4,300) and 100 digits already make ~1,900 phonemes.
+MAX_NUMBER_DIGITS = 100
+_LONG_NUMBER = re.compile(rf"\d{{{MAX_NUMBER_DIGITS + 1},}}")
 
 
 @dataclass(frozen=True)
@@ -55,12 +65,18 @@ class TTSEngine:
         self.voices = voices
         self.phonemizer = phonemizer
         self.scheduler = DeadlineScheduler(settings.workers)
+        # Server-wide caps: past them a client reads server_busy at once, never a queue minutes long.
+        self.sessions = Limit("WebSocket sessions", settings.max_sessions)
+        self.waiting = Limit("utterances waiting for their first audio", settings.max_waiting_first_chunks)
+        self.http_streams = Limit("HTTP syntheses in flight", settings.max_http_streams)
 
     @classmethod
     def load(cls, settings: Settings) -> TTSEngine:
         from .weights.layout import WeightLayout
 
         layout = WeightLayout(settings.model_dir)
+        if problems := layout.problems():  # cheap (sizes only): says which file, not onnxruntime's NO_SUCHFILE
+            raise FileNotFoundError(f"incomplete weight layout: {'; '.join(problems)[:300]}")
         return cls(settings, load_backend(settings), VoiceBank(layout), Phonemizer(layout.config()["vocab"]))
 
     def start(self) -> None:
@@ -95,36 +111,67 @@ class TTSEngine:
                 ErrorCode.NOTHING_TO_SPEAK,
                 "'text' holds only characters that are not read aloud (emoji, control characters).",
             )
-        resolved = self.voices.resolve(self.settings.default_voice if voice is None else voice)
-        self.phonemizer.check_language(resolved.lang)
+        if _LONG_NUMBER.search(cleaned):
+            raise TTSError(
+                ErrorCode.NUMBER_TOO_LONG,
+                f"'text' holds a number of more than {MAX_NUMBER_DIGITS} digits; "
+                "write long digit strings in groups separated by spaces.",
+            )
+        resolved = self.voice(self.settings.default_voice if voice is None else voice)
         return SpeechRequest(cleaned, resolved, self.check_speed(speed))
+
+    def voice(self, spec: object) -> Voice:
+        """Resolve a voice or blend this server can speak, or raise ``TTSError``."""
+        resolved = self.voices.resolve(spec)
+        # Weights such as 1e308 overflow their sum: the blend comes out all zeros (or not finite), and speaks noise.
+        if not np.isfinite(resolved.pack).all() or not resolved.pack.any():
+            raise TTSError(
+                ErrorCode.INVALID_VOICE,
+                f"The blend {spec!r} has weights too large to mix; use weights such as 'af_heart:0.7,af_bella:0.3'.",
+            )
+        self.phonemizer.check_language(resolved.lang)
+        return resolved
 
     def check_speed(self, speed: object | None) -> float:
         if speed is None:
             return 1.0
         lo, hi = self.settings.min_speed, self.settings.max_speed
-        if isinstance(speed, bool) or not isinstance(speed, int | float) or not lo <= float(speed) <= hi:
-            raise TTSError(ErrorCode.INVALID_SPEED, f"'speed' must be a number from {lo} to {hi}, not {speed!r}.")
+        # Compared before float(): a 400-digit integer is a bad speed, not an OverflowError.
+        if isinstance(speed, bool) or not isinstance(speed, int | float) or not lo <= speed <= hi:
+            shown = repr(speed) if len(repr(speed)) <= 40 else repr(speed)[:37] + "..."
+            raise TTSError(ErrorCode.INVALID_SPEED, f"'speed' must be a number from {lo} to {hi}, not {shown}.")
         return float(speed)
 
-    async def stream(self, request: SpeechRequest) -> AsyncGenerator[AudioChunk]:
-        """Audio chunk by chunk; a chunk with nothing speakable (emoji only, say) is skipped."""
+    async def stream(self, request: SpeechRequest, due: float | None = None) -> AsyncGenerator[AudioChunk]:
+        """Audio batch by batch; a chunk with nothing speakable (emoji only, say) is skipped. ``due``: when the first
+        chunk is needed (loop time; default now), later for a session whose earlier audio is still playing."""
         loop = asyncio.get_running_loop()
-        chunks = split_utterance(request.text)
+        texts = deque(split_utterance(request.text))
+        batches: deque[tuple[str, list[int]]] = deque()  # phonemized, not yet synthesized
+        count = 0
 
-        def schedule(index: int, due: float) -> asyncio.Task[AudioChunk] | None:
-            if index >= len(chunks):
+        async def next_chunk(index: int, due: float) -> AudioChunk | None:
+            while not batches and texts:
+                text = texts.popleft()
+                for ids in await self.scheduler.run(partial(self._token_batches, text, request), due):
+                    batches.append((text, ids))
+            if not batches:
                 return None
-            return asyncio.create_task(self._chunk_job(index, chunks[index], request, due))
+            text, ids = batches.popleft()
+            return await self._batch_job(index, text, ids, request, due)
 
-        deadline = loop.time()
-        pending = schedule(0, deadline)
+        deadline = loop.time() if due is None else max(due, loop.time())
+        pending: asyncio.Task[AudioChunk | None] | None = asyncio.create_task(next_chunk(0, deadline))
         try:
             while pending is not None:
                 chunk = await pending
+                pending = None
+                if chunk is None:
+                    break
+                count += 1
                 # Due when the audio sent so far has played: new first chunks elsewhere go ahead of this one.
                 deadline = max(deadline, loop.time()) + chunk.audio_ms / 1000.0
-                pending = schedule(chunk.index + 1, deadline)
+                pending = asyncio.create_task(next_chunk(count, deadline))
                 if chunk.pcm.size:
                     yield chunk
         finally:
@@ -132,20 +179,24 @@ class TTSEngine:
                 pending.cancel()
                 await asyncio.gather(pending, return_exceptions=True)
 
-    async def _chunk_job(self, index: int, text: str, request: SpeechRequest, deadline: float) -> AudioChunk:
+    async def _batch_job(
+        self, index: int, text: str, ids: list[int], request: SpeechRequest, deadline: float
+    ) -> AudioChunk:
         def job() -> tuple[np.ndarray, float]:
             started = time.perf_counter()
-            pcm = self._synthesize_chunk(text, request)
+            pcm = float_to_pcm16(self.backend.synthesize(ids, request.voice.style(len(ids)), request.speed))
             return pcm, 1000.0 * (time.perf_counter() - started)
 
         pcm, synth_ms = await self.scheduler.run(job, deadline)
         return AudioChunk(index, text, pcm, synth_ms)
 
+    def _token_batches(self, text: str, request: SpeechRequest) -> list[list[int]]:
+        return self.phonemizer.token_batches(self.phonemizer.phonemes(text, request.voice.lang))
+
     def _synthesize_chunk(self, text: str, request: SpeechRequest) -> np.ndarray:
-        phonemes = self.phonemizer.phonemes(text, request.voice.lang)
         pieces = [
             self.backend.synthesize(tokens, request.voice.style(len(tokens)), request.speed)
-            for tokens in self.phonemizer.token_batches(phonemes)
+            for tokens in self._token_batches(text, request)
         ]
         if not pieces:
             return np.zeros(0, dtype=np.int16)

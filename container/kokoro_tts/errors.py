@@ -28,7 +28,11 @@ class ErrorCode(StrEnum):
     QUEUE_FULL = "queue_full"
     MESSAGE_TOO_LARGE = "message_too_large"
     UNSUPPORTED_MEDIA_TYPE = "unsupported_media_type"
+    NUMBER_TOO_LONG = "number_too_long"
     NOT_READY = "not_ready"
+    SERVER_BUSY = "server_busy"
+    SHUTTING_DOWN = "shutting_down"
+    REQUEST_TIMEOUT = "request_timeout"
     INTERNAL_ERROR = "internal_error"
 
 
@@ -37,6 +41,9 @@ _STATUS = {
     ErrorCode.MESSAGE_TOO_LARGE: 413,
     ErrorCode.UNSUPPORTED_MEDIA_TYPE: 415,
     ErrorCode.NOT_READY: 503,
+    ErrorCode.SERVER_BUSY: 503,
+    ErrorCode.SHUTTING_DOWN: 503,
+    ErrorCode.REQUEST_TIMEOUT: 408,
     ErrorCode.QUEUE_FULL: 429,
     ErrorCode.INTERNAL_ERROR: 500,
 }

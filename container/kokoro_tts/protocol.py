@@ -119,9 +119,22 @@ def _command(message: dict[str, Any]) -> Command:
     return Close()
 
 
+MAX_ID_CHARS = 128
+
+
 def _utterance_id(value: object) -> str | None:
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, str | int) or (isinstance(value, str) and len(value) > 128):
+    if isinstance(value, bool) or not isinstance(value, str | int):
         raise TTSError(ErrorCode.INVALID_ID, "'id' must be a string of at most 128 characters, or an integer.")
-    return str(value)
+    if isinstance(value, int):
+        if not -(10**MAX_ID_CHARS) < value < 10**MAX_ID_CHARS:
+            raise TTSError(ErrorCode.INVALID_ID, f"An integer 'id' may have at most {MAX_ID_CHARS} digits.")
+        return str(value)
+    if len(value) > MAX_ID_CHARS:
+        raise TTSError(ErrorCode.INVALID_ID, f"'id' may have at most {MAX_ID_CHARS} characters.")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate (JSON allows "\ud800"): it could never be sent back
+        raise TTSError(ErrorCode.INVALID_ID, "'id' must be valid Unicode text (it holds a lone surrogate).") from None
+    return value

@@ -11,10 +11,41 @@ from __future__ import annotations
 import asyncio
 import heapq
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
+
+from .errors import ErrorCode, TTSError
+
+
+class Limit:
+    """A count with a ceiling: past it, new work is refused with ``server_busy`` at once instead of queueing."""
+
+    def __init__(self, what: str, ceiling: int) -> None:
+        self.what = what
+        self.ceiling = ceiling
+        self.count = 0
+
+    def acquire(self) -> None:
+        if self.count >= self.ceiling:
+            raise TTSError(
+                ErrorCode.SERVER_BUSY,
+                f"The server is at its limit of {self.ceiling} {self.what}; retry in a few seconds.",
+            )
+        self.count += 1
+
+    def release(self) -> None:
+        self.count -= 1
+
+    @contextmanager
+    def hold(self) -> Iterator[None]:
+        self.acquire()
+        try:
+            yield
+        finally:
+            self.release()
 
 
 @dataclass(order=True)
@@ -33,6 +64,8 @@ class DeadlineScheduler:
         self._seq = itertools.count()
         self._ready = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
+        self.started = 0  # jobs handed to a worker thread so far
+        self.running = 0  # jobs in a worker thread now
 
     @property
     def pending(self) -> int:
@@ -65,6 +98,8 @@ class DeadlineScheduler:
             job = heapq.heappop(self._heap)
             if job.future.done():  # its caller went away before its turn
                 continue
+            self.started += 1
+            self.running += 1
             try:
                 result = await loop.run_in_executor(self._executor, job.fn)
             except Exception as exc:  # handed to the caller, who decides what the client reads
@@ -73,3 +108,5 @@ class DeadlineScheduler:
             else:
                 if not job.future.done():
                     job.future.set_result(result)
+            finally:
+                self.running -= 1

@@ -1,6 +1,8 @@
 """``serve``: how SageMaker starts the container (``docker run IMAGE serve``), and ``make serve`` locally.
 
 Hypercorn speaks HTTP/1.1 and cleartext HTTP/2 (prior knowledge or upgrade) on the same port, plus WebSockets.
+SIGTERM (how SageMaker stops a container) stops accepting at once, drains the sessions and exits within
+``KOKORO_SHUTDOWN_GRACE_S``. A model that cannot load, or a port already taken, ends the process with one line.
 """
 
 from __future__ import annotations
@@ -10,42 +12,116 @@ import asyncio
 import logging
 import os
 import signal
+import sys
 
-from hypercorn.asyncio import serve as hypercorn_serve
-from hypercorn.config import Config
+from hypercorn.asyncio.run import worker_serve
+from hypercorn.config import Config, Sockets
+from hypercorn.utils import wrap_app
 
-from .app import create_app
+from . import hypercorn_hardening
+from .app import begin_shutdown, create_app
 from .settings import Settings
 
+log = logging.getLogger("kokoro_tts.serve")
 
-def hypercorn_config(host: str, port: int) -> Config:
+# Each setting's environment variable, as settings.py reads it (shown by --help).
+ENVIRONMENT = {
+    "KOKORO_MODEL_DIR": "the weight layout (default /opt/ml/model, where SageMaker mounts it)",
+    "KOKORO_BACKEND": "onnx (any CPU, the default) or torch (the GPU image)",
+    "KOKORO_DEVICE": "auto, cpu or cuda",
+    "KOKORO_DEFAULT_VOICE": "the voice when a request names none (af_heart)",
+    "KOKORO_MAX_TEXT_CHARS": "characters per utterance (5000)",
+    "KOKORO_MAX_QUEUED": "utterances queued in one session (32)",
+    "KOKORO_MAX_SESSIONS": "WebSocket sessions at once (256)",
+    "KOKORO_MAX_WAITING": "utterances server-wide waiting for their first audio (16)",
+    "KOKORO_MAX_HTTP_STREAMS": "HTTP syntheses at once (32)",
+    "KOKORO_MAX_H2_STREAMS": "HTTP/2 streams per connection (8)",
+    "KOKORO_MAX_MESSAGE_BYTES": "largest WebSocket message or HTTP body (65536)",
+    "KOKORO_BODY_TIMEOUT_S": "seconds to send a whole HTTP body (10)",
+    "KOKORO_SHUTDOWN_GRACE_S": "seconds from SIGTERM to exit (20)",
+    "KOKORO_WORKERS": "inference jobs at once (1)",
+    "KOKORO_THREADS": "threads per inference job (0: the backend chooses)",
+    "KOKORO_WARMUP_TEXT": "the sentence synthesized once before /ping turns 200",
+    "HOST, PORT": "the defaults of --host and --port",
+    "LOG_LEVEL": "INFO, DEBUG, ...",
+}
+
+
+def hypercorn_config(host: str, port: int, settings: Settings | None = None) -> Config:
+    settings = settings or Settings()
+    hypercorn_hardening.apply()
     config = Config()
     config.bind = [f"{host}:{port}"]
     config.accesslog = None
     config.errorlog = "-"
     config.keep_alive_timeout = 75  # above the 60 s idle timeouts of the load balancers in front of endpoints
+    config.h2_max_concurrent_streams = settings.max_h2_streams
     # Larger messages get our own message_too_large error frame rather than a dropped connection.
     config.websocket_max_message_size = 4 * 1024 * 1024
+    # Connections still open this long after SIGTERM are cut; sessions have been drained before (see _serve).
+    config.graceful_timeout = 0.8 * settings.shutdown_grace_s
     return config
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="serve", description="Kokoro TTS server (SageMaker contract)")
-    parser.add_argument("--host", default=os.environ.get("HOST", "0.0.0.0"))
-    parser.add_argument("--port", type=int, default=int(os.environ.get("PORT", "8080")))
+    parser = argparse.ArgumentParser(
+        prog="serve",
+        description="Kokoro TTS server (SageMaker real-time endpoint contract): GET /ping, POST /invocations, "
+        "POST /v1/audio/speech and WS /invocations-bidirectional-stream (docs/protocol.md).",
+        epilog="environment variables:\n"
+        + "\n".join(f"  {name:<26} {meaning}" for name, meaning in ENVIRONMENT.items()),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--host",
+        default=os.environ.get("HOST", "127.0.0.1"),
+        help="address to listen on (default: $HOST or 127.0.0.1; the container sets 0.0.0.0)",
+    )
+    parser.add_argument(
+        "--port", type=int, default=int(os.environ.get("PORT", "8080")), help="port (default: $PORT or 8080)"
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=os.environ.get("LOG_LEVEL", "INFO"), format="%(asctime)s %(levelname)s %(name)s %(message)s"
     )
-    asyncio.run(_serve(args.host, args.port))
+    settings = Settings()
+    config = hypercorn_config(args.host, args.port, settings)
+    try:
+        sockets = config.create_sockets()  # before anything starts: a taken port is one line, not a traceback
+    except OSError as exc:
+        print(f"serve: cannot listen on {args.host}:{args.port}: {exc.strerror or exc}", file=sys.stderr)
+        sys.exit(2)
+    code = asyncio.run(_serve(settings, config, sockets))
+    logging.shutdown()
+    # An inference job still running in its worker thread must not hold the exit past the grace period.
+    os._exit(code)
 
 
-async def _serve(host: str, port: int) -> None:
-    shutdown = asyncio.Event()
+async def _serve(settings: Settings, config: Config, sockets: Sockets) -> int:
     loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    exit_code = 0
+
+    def fatal(_: str) -> None:
+        nonlocal exit_code
+        exit_code = 1
+        stop.set()
+
+    app = create_app(settings, on_fatal=fatal)
     for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, shutdown.set)
-    await hypercorn_serve(create_app(Settings()), hypercorn_config(host, port), shutdown_trigger=shutdown.wait)  # type: ignore[arg-type]
+        loop.add_signal_handler(sig, stop.set)
+
+    async def shutdown_trigger() -> None:
+        await stop.wait()
+        if exit_code == 0:
+            log.info("stopping: draining sessions for up to %g s", settings.shutdown_grace_s)
+        # Returning stops the listeners at once; the drain runs while Hypercorn waits for the connections.
+        drains = begin_shutdown(app, grace_s=0.5 * settings.shutdown_grace_s)
+        app.state.drains = drains
+
+    asgi = wrap_app(app, config.wsgi_max_body_size, "asgi")  # type: ignore[arg-type]
+    await worker_serve(asgi, config, sockets=sockets, shutdown_trigger=shutdown_trigger)
+    return exit_code
 
 
 if __name__ == "__main__":

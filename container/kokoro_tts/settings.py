@@ -12,6 +12,11 @@ def _env_int(name: str, default: int) -> int:
     return int(value) if value else default
 
 
+def _env_float(name: str, default: float) -> float:
+    value = os.environ.get(name)
+    return float(value) if value else default
+
+
 def _default_model_dir() -> Path:
     # SageMaker mounts the S3 weight cache at /opt/ml/model; locally `make weights` fills models/kokoro.
     if explicit := os.environ.get("KOKORO_MODEL_DIR"):
@@ -30,6 +35,20 @@ class Settings:
     max_text_chars: int = field(default_factory=lambda: _env_int("KOKORO_MAX_TEXT_CHARS", 5000))
     # Utterances queued in one WebSocket session beyond the one in flight.
     max_queued_utterances: int = field(default_factory=lambda: _env_int("KOKORO_MAX_QUEUED", 32))
+    # WebSocket sessions open at once; one more is refused (close 1013, reason server_busy).
+    max_sessions: int = field(default_factory=lambda: _env_int("KOKORO_MAX_SESSIONS", 256))
+    # Utterances, server-wide, waiting for their first audio chunk (HTTP requests and session utterances);
+    # beyond it a new one is answered server_busy at once rather than queued behind minutes of work.
+    max_waiting_first_chunks: int = field(default_factory=lambda: _env_int("KOKORO_MAX_WAITING", 16))
+    # HTTP syntheses streaming at once (each holds a scheduler slot until its last chunk).
+    max_http_streams: int = field(default_factory=lambda: _env_int("KOKORO_MAX_HTTP_STREAMS", 32))
+    # HTTP/2 streams one connection may have open at once.
+    max_h2_streams: int = field(default_factory=lambda: _env_int("KOKORO_MAX_H2_STREAMS", 8))
+    # Seconds a client has to send a whole HTTP request body.
+    body_timeout_s: float = field(default_factory=lambda: _env_float("KOKORO_BODY_TIMEOUT_S", 10.0))
+    # Seconds from SIGTERM to exit: in-flight utterances finish or end with a shutting_down error, then sessions
+    # close with 1001. SageMaker gives a container 30 s after SIGTERM before it kills it.
+    shutdown_grace_s: float = field(default_factory=lambda: _env_float("KOKORO_SHUTDOWN_GRACE_S", 20.0))
     # Largest WebSocket message or HTTP body accepted, in bytes.
     max_message_bytes: int = field(default_factory=lambda: _env_int("KOKORO_MAX_MESSAGE_BYTES", 64 * 1024))
     # Inference jobs run at once. On a CPU one job using every core gives the lowest latency.

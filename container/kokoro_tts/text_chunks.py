@@ -2,7 +2,9 @@
 
 Short chunks reach the first audio byte sooner; whole sentences keep Kokoro's prosody natural. A chunk is
 kept under ``MAX_CHUNK_CHARS`` so that its phonemes almost always fit the model's 510 tokens; the phonemizer
-still cuts the rare longer one at a clause or word boundary. Sentence boundaries come from the agent's
+still cuts the rare longer one at a clause or word boundary. Text with no boundary at all (a 5,000-letter word,
+a long URL, CJK without punctuation) is cut every ``MAX_CHUNK_CHARS`` characters, so that no chunk can hold the
+engine for long. Sentence boundaries come from the agent's
 incremental chunker (abbreviations, decimals, URLs, CJK): one set of rules in the project, shipped in the same wheel.
 """
 
@@ -47,7 +49,8 @@ def _split_long(sentence: str) -> list[str]:
 def _split_words(clause: str) -> list[str]:
     if len(clause) <= MAX_CHUNK_CHARS:
         return [clause]
-    words, out, current = clause.split(), [], ""
+    words = [piece for word in clause.split() for piece in _cut_word(word)]
+    out, current = [], ""
     for word in words:
         if current and len(current) + 1 + len(word) > MAX_CHUNK_CHARS:
             out.append(current)
@@ -55,3 +58,7 @@ def _split_words(clause: str) -> list[str]:
         else:
             current = f"{current} {word}" if current else word
     return [*out, current] if current else out
+
+
+def _cut_word(word: str) -> list[str]:
+    return [word[i : i + MAX_CHUNK_CHARS] for i in range(0, len(word), MAX_CHUNK_CHARS)]

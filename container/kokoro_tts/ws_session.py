@@ -2,12 +2,15 @@
 
 Two tasks per session: the receiver parses messages and queues utterances; the speaker synthesizes them
 strictly in order and streams each as binary audio frames framed by JSON control frames. A malformed message
-gets an error frame and the session carries on; only {"type":"close"} or the client leaving ends it.
+gets an error frame and the session carries on; only {"type":"close"}, the client leaving or the server shutting
+down ends it. The receiver keeps reading after a close, so a client that vanishes while its queue is spoken
+stops that work at once.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import json
 import logging
@@ -21,6 +24,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 from .audio import SAMPLE_RATE, AudioFormat, audio_format, make_encoder
 from .engine import SpeechRequest, TTSEngine
 from .errors import INTERNAL_ERROR_MESSAGE, ErrorCode, TTSError
+from .hypercorn_hardening import OVERSIZE_KEY
 from .protocol import Cancel, Close, Config, Synthesize, is_set, parse_message
 
 log = logging.getLogger(__name__)
@@ -54,22 +58,46 @@ class BidiSession:
         self._send_lock = asyncio.Lock()
         self._ids = itertools.count(1)
 
+        self._draining = False
+        # When the audio sent so far will have finished playing (loop time): a sentence queued while earlier ones
+        # still play is not needed now, so it yields to other clients' first audio (HTTP batch replies included,
+        # which would otherwise wait behind every sentence of every session and time out).
+        self._played_until = 0.0
+        self._speaker: asyncio.Task[None] | None = None
+
     async def run(self) -> None:
         await self._ws.accept()
-        speaker = asyncio.create_task(self._speak())
+        self._speaker = asyncio.create_task(self._speak())
         try:
             await self._receive()
         except WebSocketDisconnect:
-            speaker.cancel()  # the client left: stop synthesis, drop what is queued
+            pass
         finally:
-            if not self._closing:
-                speaker.cancel()
+            self._speaker.cancel()  # the client left: stop synthesis, drop what is queued
+            await asyncio.gather(self._speaker, return_exceptions=True)
+
+    async def shutdown(self, grace_s: float) -> None:
+        """The server is stopping: refuse new utterances, let the one in flight finish within ``grace_s`` (else end
+        it with a shutting_down error), answer each queued one with shutting_down, and close with 1001."""
+        self._draining = True
+        self._wakeup.set()
+        speaker = self._speaker
+        if speaker is None or speaker.done():
+            return
+        try:
+            await asyncio.wait_for(asyncio.shield(speaker), grace_s)
+            return
+        except TimeoutError:
+            stopped = [self._in_flight] if self._in_flight is not None else []
+            speaker.cancel()
             await asyncio.gather(speaker, return_exceptions=True)
+        with contextlib.suppress(Exception):  # the client may be gone already
+            await self._end_for_shutdown(stopped)
 
     # --- receiving -------------------------------------------------------------------------------------------
 
     async def _receive(self) -> None:
-        while not self._closing:
+        while True:  # until the client leaves, also after a close: its queue is dropped the moment it vanishes
             message = await self._ws.receive()
             if message["type"] == "websocket.disconnect":
                 raise WebSocketDisconnect(message.get("code", 1000))
@@ -77,6 +105,11 @@ class BidiSession:
             if raw is None:
                 raw = message.get("text") or ""
             try:
+                if oversize := message.get(OVERSIZE_KEY):
+                    raise TTSError(
+                        ErrorCode.MESSAGE_TOO_LARGE,
+                        f"The message has {oversize} bytes; the limit is {self._settings.max_message_bytes}.",
+                    )
                 await self._handle(parse_message(raw, self._settings.max_message_bytes))
             except TTSError as error:
                 await self._send_error(error)
@@ -85,6 +118,8 @@ class BidiSession:
                 await self._send_error(TTSError(ErrorCode.INTERNAL_ERROR, INTERNAL_ERROR_MESSAGE))
 
     async def _handle(self, command: Synthesize | Config | Cancel | Close) -> None:
+        if self._closing and isinstance(command, Synthesize | Config):
+            raise TTSError(ErrorCode.INVALID_MESSAGE, "The session is closing: it takes no new utterances after close.")
         match command:
             case Synthesize():
                 utterance_id = command.id if command.id is not None else f"u{next(self._ids)}"
@@ -102,6 +137,8 @@ class BidiSession:
                 self._wakeup.set()
 
     def _enqueue(self, utterance_id: str, command: Synthesize) -> None:
+        if self._draining:
+            raise TTSError(ErrorCode.SHUTTING_DOWN, "The server is shutting down; send this to another instance.")
         if len(self._queue) >= self._settings.max_queued_utterances:
             raise TTSError(
                 ErrorCode.QUEUE_FULL,
@@ -120,13 +157,11 @@ class BidiSession:
         # Validate everything before changing anything: a bad config leaves the defaults as they were.
         voice, speed, fmt = self._defaults.voice, self._defaults.speed, self._defaults.format
         if is_set(command.voice):
-            voice = None if command.voice is None else self._engine.voices.resolve(command.voice).spec
-            if voice is not None:
-                self._engine.phonemizer.check_language(voice[0])
+            voice = None if command.voice is None else self._engine.voice(command.voice).spec
         if is_set(command.speed):
             speed = None if command.speed is None else self._engine.check_speed(command.speed)
         if is_set(command.format):
-            fmt = audio_format(command.format)
+            fmt = audio_format("pcm" if command.format is None else command.format)
         self._defaults = _Defaults(voice, speed, fmt)
 
     def _cancel(self, target: str | None) -> list[str]:
@@ -143,12 +178,19 @@ class BidiSession:
 
     async def _speak(self) -> None:
         while True:
+            if self._draining:
+                await self._end_for_shutdown([])
+                return
             while not self._queue:
                 if self._closing:
                     await self._close(1000)
                     return
+                if self._draining:
+                    break
                 self._wakeup.clear()
                 await self._wakeup.wait()
+            if not self._queue:
+                continue
             utterance = self._queue.popleft()
             self._in_flight = utterance
             try:
@@ -159,10 +201,15 @@ class BidiSession:
     async def _speak_one(self, utterance: _Utterance) -> None:
         encoder = make_encoder(utterance.format)
         sent_bytes, audio_ms, synth_ms, started = 0, 0.0, 0.0, False
-        async with aclosing(self._engine.stream(utterance.request)) as stream:
+        loop = asyncio.get_running_loop()
+        async with aclosing(self._engine.stream(utterance.request, due=self._played_until)) as stream:
             while not utterance.cancelled:
                 try:
-                    chunk = await anext(stream, None)
+                    if started:
+                        chunk = await anext(stream, None)
+                    else:
+                        with self._engine.waiting.hold():  # server_busy rather than a wait behind every session
+                            chunk = await anext(stream, None)
                 except TTSError as error:
                     await self._send_error(error, utterance.id)
                     return
@@ -185,6 +232,7 @@ class BidiSession:
                 data = encoder.encode(chunk.pcm)
                 if data:
                     await self._send_bytes(data)
+                self._played_until = max(self._played_until, loop.time()) + chunk.audio_ms / 1000.0
                 sent_bytes += len(data)
                 audio_ms += chunk.audio_ms
                 synth_ms += chunk.synth_ms
@@ -211,6 +259,13 @@ class BidiSession:
             }
         )
 
+    async def _end_for_shutdown(self, stopped: list[_Utterance]) -> None:
+        error = TTSError(ErrorCode.SHUTTING_DOWN, "The server is shutting down; this utterance was not finished.")
+        for utterance in [*stopped, *self._queue]:
+            await self._send_error(error, utterance.id)
+        self._queue.clear()
+        await self._close(1001)
+
     # --- sending ---------------------------------------------------------------------------------------------
 
     async def _send_error(self, error: TTSError, utterance_id: str | None = None) -> None:
@@ -220,8 +275,13 @@ class BidiSession:
         await self._send_json(frame)
 
     async def _send_json(self, frame: dict[str, Any]) -> None:
+        text = json.dumps(frame, ensure_ascii=False)
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate echoed from the client: send it as a JSON escape instead
+            text = json.dumps(frame)
         async with self._send_lock:
-            await self._ws.send_text(json.dumps(frame, ensure_ascii=False))
+            await self._ws.send_text(text)
 
     async def _send_bytes(self, data: bytes) -> None:
         async with self._send_lock:
