@@ -32,8 +32,8 @@ def test_a_huge_body_is_413_before_it_is_read(agent: AgentServer, chunked: bool)
     """A declared 100 MB body is refused on its header alone; a chunked one as soon as it passes the limit.
 
     The client sends no more than the server needs to decide (nothing, or piece by piece until it answers), then
-    reads: bytes
-    the server never reads would make its kernel reset the connection, and a reset can discard the answer.
+    reads: bytes the server never reads would make its kernel reset the connection, and a reset can discard the
+    answer.
     """
     port = int(agent.url.rsplit(":", 1)[1])
     with socket.create_connection(("127.0.0.1", port)) as sock:
