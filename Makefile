@@ -14,7 +14,7 @@ PYTHON312    = $(shell scripts/find_python.sh)
 
 export KOKORO_MODEL_DIR ?= $(abspath $(MODEL_DIR))
 
-.PHONY: help install weights serve demo agent bench prereqs test tf-check lint lock clean deploy destroy
+.PHONY: help install weights serve demo agent bench gpu-check prereqs test tf-check lint lock clean deploy destroy
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -31,8 +31,9 @@ $(VENV)/.installed: requirements.lock pyproject.toml | $(UV)
 
 install: $(VENV)/.installed weights ## create .venv from the lock and fetch the weights (idempotent)
 
-weights: $(VENV)/.installed ## fetch the Kokoro weights into MODEL_DIR (a no-op when present and verified)
+weights: $(VENV)/.installed ## fetch the Kokoro weights into MODEL_DIR, derive the torch weights (no-ops when done)
 	$(PY) -m kokoro_tts.weights fetch --dest "$(MODEL_DIR)"
+	$(PY) -m kokoro_tts.weights derive-torch --dest "$(MODEL_DIR)"
 
 serve: install ## run the TTS server in the foreground on the embedded default (PORT=8080)
 	$(VENV)/bin/serve --host $(HOST) --port $(PORT)
@@ -48,6 +49,9 @@ agent: install ## run the agent app on the scripted LLM, PORT=8081; start `make 
 bench: install ## benchmarks (TARGET=local|deployed): bench/results/latest.{json,md}, plots; QUICK=1: bench/results/quick/
 	$(PY) -m scripts.bench --target $(TARGET) $(if $(QUICK),--quick)
 
+gpu-check: install ## on an NVIDIA GPU host: torch backend on CUDA, first audio and 1/8/32 sessions (bench/results/gpu.json)
+	timeout 480 $(PY) -m scripts.gpu_check
+
 prereqs: ## check what make test needs besides .venv: Python 3.12, npm, Terraform, Chromium (one line each)
 	@scripts/check_prerequisites.sh
 
@@ -55,7 +59,7 @@ test: prereqs install ## lint, type-check, the test suite, and the Terraform che
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
-	$(VENV)/bin/mypy --explicit-package-bases scripts/bench scripts/deploy scripts/demo.py
+	$(VENV)/bin/mypy --explicit-package-bases scripts/bench scripts/deploy scripts/demo.py scripts/gpu_check.py
 	$(VENV)/bin/pytest
 	scripts/terraform_checks.sh
 
@@ -70,11 +74,11 @@ destroy: $(VENV)/.installed ## remove the deployment (DESTROY_SHARED=1: the imag
 
 lint: $(VENV)/.installed ## ruff and mypy only
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check . && $(VENV)/bin/mypy \
-	  && $(VENV)/bin/mypy --explicit-package-bases scripts/bench scripts/deploy scripts/demo.py
+	  && $(VENV)/bin/mypy --explicit-package-bases scripts/bench scripts/deploy scripts/demo.py scripts/gpu_check.py
 
 LOCK := $(UV) pip compile pyproject.toml --generate-hashes --quiet --python-version 3.12 --custom-compile-command "make lock"
 lock: | $(UV) ## re-pin every lock (exact versions with hashes, no download addresses)
-	$(LOCK) --extra server --extra agent --extra mirror --extra dev -o requirements.lock
+	$(LOCK) --extra server --extra agent --extra mirror --extra gpu --extra dev -o requirements.lock
 	$(LOCK) --extra server --python-platform x86_64-manylinux_2_28 -o container/requirements-onnx.lock
 	$(LOCK) --extra server --extra gpu --python-platform x86_64-manylinux_2_28 -o container/requirements-torch.lock
 	$(LOCK) --extra agent --python-platform aarch64-manylinux_2_28 -o agent/requirements.lock

@@ -25,7 +25,8 @@ def test_tts_image_follows_the_sagemaker_contract() -> None:
     assert "com.amazonaws.sagemaker.capabilities.bidirectional-streaming=true" in text
     assert 'CMD ["serve"]' in text  # SageMaker runs `docker run IMAGE serve`
     assert "KOKORO_MODEL_DIR=/opt/ml/model" in text
-    assert "USER 10001" in text  # not root
+    assert "\nUSER " not in text  # root: SageMaker expects inference containers to run as root (see the Dockerfile)
+    assert "KOKORO_DEVICE=${DEVICE}" in text and "ARG DEVICE=cuda" in text  # the GPU image insists on its GPU
     for backend in ("torch", "onnx"):
         lock = REPO / "container" / f"requirements-{backend}.lock"
         assert "--hash=sha256:" in lock.read_text()

@@ -12,7 +12,7 @@ from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket
 
 from .engine import TTSEngine
-from .http_api import invocations, openai_speech, ping
+from .http_api import health, invocations, openai_speech, ping
 from .settings import Settings
 from .ws_session import BidiSession
 
@@ -46,6 +46,7 @@ def create_app(
     return Starlette(
         routes=[
             Route("/ping", ping, methods=["GET"]),
+            Route("/health", health, methods=["GET"]),
             Route("/invocations", invocations, methods=["POST"]),
             Route("/v1/audio/speech", openai_speech, methods=["POST"]),
             WebSocketRoute("/invocations-bidirectional-stream", bidirectional_stream),

@@ -1,4 +1,4 @@
-"""HTTP routes: GET /ping, POST /invocations (SageMaker) and POST /v1/audio/speech (OpenAI-compatible).
+"""HTTP routes: GET /ping, GET /health, POST /invocations (SageMaker) and POST /v1/audio/speech (OpenAI-compatible).
 
 Both POST routes stream: the first chunk is synthesized before the response starts (so a request with nothing
 speakable still gets a 4xx), then each later chunk's bytes leave as soon as they exist.
@@ -52,7 +52,51 @@ async def ping(request: Request) -> Response:
     return JSONResponse({"status": "ok"})
 
 
+# --- health: what is serving, cheaply; through SageMaker only /invocations is reachable, so the same answer comes
+# back from InvokeEndpoint with CustomAttributes="health" (SageMaker forwards it in this header).
+CUSTOM_ATTRIBUTES = "x-amzn-sagemaker-custom-attributes"
+
+
+def health_document(engine: TTSEngine) -> dict[str, Any]:
+    """{status, backend, device, model_file, model_sha256 (from the layout's manifest), version}."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from .weights.layout import LayoutError, WeightLayout
+
+    backend = engine.backend
+    try:
+        entry = WeightLayout(engine.settings.model_dir).read_manifest().files.get(backend.model_file)
+    except LayoutError:
+        entry = None
+    try:
+        package_version = version("kokoro-voice-agent")
+    except PackageNotFoundError:
+        package_version = "unknown"
+    return {
+        "status": "ok",
+        "backend": backend.name,
+        "device": backend.device,
+        "model_file": backend.model_file,
+        "model_sha256": entry.sha256 if entry else None,
+        "version": package_version,
+    }
+
+
+async def health(request: Request) -> Response:
+    engine: TTSEngine | None = getattr(request.app.state, "engine", None)
+    if engine is None:
+        return JSONResponse({"status": "loading"}, status_code=503)
+    return JSONResponse(health_document(engine), headers={"Cache-Control": "no-store"})
+
+
+def asks_for_health(request: Request) -> bool:
+    attributes = request.headers.get(CUSTOM_ATTRIBUTES, "")
+    return "health" in {a.strip().lower() for a in attributes.replace(";", ",").split(",")}
+
+
 async def invocations(request: Request) -> Response:
+    if asks_for_health(request):
+        return await health(request)
     try:
         engine = engine_of(request)
         body = await _read_body(request, engine.settings.max_message_bytes)

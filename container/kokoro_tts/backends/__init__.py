@@ -1,21 +1,27 @@
 """Inference backends: one interface, two implementations.
 
 ``onnx`` (onnxruntime: the CPU by default, the CUDA provider when present) is the embedded default;
-``torch`` runs the kokoro package's KModel on a GPU from the same weight layout (optional extra ``gpu``).
+``torch`` runs the kokoro package's KModel on a GPU from the same weight layout (optional extra ``gpu``): Hugging
+Face's kokoro-v1_0.pth, or the weights ``derive-torch`` recovers from the ONNX export.
 """
 
 from __future__ import annotations
 
-from typing import Protocol
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
 from ..settings import Settings
 
+if TYPE_CHECKING:
+    from ..weights.layout import WeightLayout
+
 
 class Backend(Protocol):
     name: str
     device: str
+    model_file: str  # the weights file, relative to the layout (its checksum is in the manifest)
 
     def synthesize(self, tokens: list[int], style: np.ndarray, speed: float) -> np.ndarray:
         """Float32 mono audio at 24 kHz for at most 510 phoneme tokens; blocking, called from a worker thread."""
@@ -33,5 +39,19 @@ def load_backend(settings: Settings) -> Backend:
     if settings.backend == "torch":
         from .torch import TorchBackend
 
-        return TorchBackend(layout.config_path, layout.torch_path, device=settings.device)
+        return TorchBackend(layout.config_path, torch_weights(layout), device=settings.device, threads=settings.threads)
     raise ValueError(f"KOKORO_BACKEND must be 'onnx' or 'torch', not {settings.backend!r}")
+
+
+def torch_weights(layout: WeightLayout) -> Path:
+    """Hugging Face's kokoro-v1_0.pth when the layout has it, else the weights derived from the ONNX export."""
+    from ..weights.layout import DERIVED_TORCH, TORCH, LayoutError
+
+    try:
+        files = layout.read_manifest().files
+    except LayoutError:
+        files = {}
+    for name in (TORCH, DERIVED_TORCH):
+        if name in files:
+            return layout.root / name
+    return layout.torch_path

@@ -25,6 +25,7 @@ class OnnxBackend:
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         self._session = ort.InferenceSession(str(model_path), options, providers=providers)
         self.device = "cuda" if want_cuda else "cpu"
+        self.model_file = model_path.name
         # Exports differ in naming (the PyPI mirror: tokens → audio; onnx-community: input_ids → waveform).
         inputs = {i.name for i in self._session.get_inputs()}
         self._tokens_input = "input_ids" if "input_ids" in inputs else "tokens"

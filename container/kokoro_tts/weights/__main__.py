@@ -1,4 +1,4 @@
-"""``python -m kokoro_tts.weights fetch|verify|push``."""
+"""``python -m kokoro_tts.weights fetch|verify|push|derive-torch``."""
 
 import sys
 

@@ -1,4 +1,4 @@
-"""kokoro-weights fetch | verify | push: the Kokoro-82M weights in one on-disk layout."""
+"""kokoro-weights fetch | verify | push | derive-torch: the Kokoro-82M weights in one on-disk layout."""
 
 from __future__ import annotations
 
@@ -42,6 +42,12 @@ def _parser() -> argparse.ArgumentParser:
     verify = sub.add_parser("verify", help="re-hash every file against manifest.json")
     common(verify)
 
+    derive = sub.add_parser(
+        "derive-torch", help="derive torch weights for KModel from DEST/kokoro.onnx (needs torch, kokoro, onnx)"
+    )
+    common(derive)
+    derive.add_argument("--force", action="store_true", help="derive again even when the manifest lists them")
+
     push = sub.add_parser("push", help="upload the layout to an S3 prefix (unchanged files skipped)")
     common(push)
     push.add_argument("--to", required=True, metavar="s3://BUCKET/PREFIX/", help="the S3 prefix")
@@ -84,6 +90,25 @@ def _verify(args: argparse.Namespace) -> int:
     return 0
 
 
+def _derive(args: argparse.Namespace) -> int:
+    try:
+        from .derive import derive_torch
+    except ImportError as e:  # pragma: no cover - the dev lock has them
+        print(f"error: derive-torch needs torch, kokoro and onnx ({e})", file=sys.stderr)
+        return 1
+    try:
+        result = derive_torch(args.dest, force=args.force)
+    except (LayoutError, OSError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    if not result.derived:
+        print(f"{result.path} is already derived and listed in the manifest: nothing to do")
+    else:
+        filled = f" (filled, not in the export: {', '.join(result.filled)})" if result.filled else ""
+        print(f"derived {result.path} from {args.dest}/kokoro.onnx{filled}")
+    return 0
+
+
 def _push(args: argparse.Namespace) -> int:
     from .s3sync import PushError, push
 
@@ -99,7 +124,7 @@ def _push(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    handlers = {"fetch": _fetch, "verify": _verify, "push": _push}
+    handlers = {"fetch": _fetch, "verify": _verify, "push": _push, "derive-torch": _derive}
     try:
         return handlers[args.command](args)
     except KeyboardInterrupt:

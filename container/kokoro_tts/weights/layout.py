@@ -3,7 +3,8 @@
 ```
 ROOT/config.json         Kokoro's config.json ("vocab": phoneme → token id)
 ROOT/kokoro.onnx         the ONNX model
-ROOT/kokoro-v1_0.pth     optional torch weights
+ROOT/kokoro-v1_0.pth     optional torch weights (Hugging Face)
+ROOT/kokoro-v1_0-int8-derived.pth  optional torch weights derived from kokoro.onnx (`derive-torch`)
 ROOT/voices/<name>.bin   voice packs: little-endian float32, 510 × 256
 ROOT/manifest.json       {"model", "source", "files": {path: {"sha256", "bytes"}}}, written last
 ```
@@ -27,6 +28,7 @@ MODEL = "Kokoro-82M"
 CONFIG = "config.json"
 ONNX = "kokoro.onnx"
 TORCH = "kokoro-v1_0.pth"
+DERIVED_TORCH = "kokoro-v1_0-int8-derived.pth"
 VOICES = "voices"
 MANIFEST = "manifest.json"
 
@@ -47,7 +49,9 @@ VOICE_NAMES: tuple[str, ...] = (
 )  # fmt: skip
 
 # The only relative paths a manifest may name: nothing can point outside the layout.
-_PATH_RE = re.compile(rf"^(?:config\.json|kokoro\.onnx|kokoro-v1_0\.pth|{VOICES}/[A-Za-z0-9_]+\.bin)$")
+_PATH_RE = re.compile(
+    rf"^(?:config\.json|kokoro\.onnx|kokoro-v1_0\.pth|kokoro-v1_0-int8-derived\.pth|{VOICES}/[A-Za-z0-9_]+\.bin)$"
+)
 _SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 CHUNK = 1 << 20
 

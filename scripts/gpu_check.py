@@ -1,0 +1,145 @@
+"""``make gpu-check``: the torch backend on an NVIDIA GPU, measured against the real server (bench/results/gpu.json).
+
+On a GPU host (the dev lock carries the GPU extra with container/requirements-torch.lock's pins: torch 2.10.0 on
+CUDA 12.8), it derives the torch weights if the layout lacks them, starts ``serve`` with KOKORO_BACKEND=torch and
+KOKORO_DEVICE=cuda, checks /health says ``cuda``, then measures time to first audio (one session, WebSocket) and
+1/8/32 sessions speaking at once. Without a usable GPU it refuses (exit 2) and says why. ``--allow-cpu`` runs the
+same steps on the CPU, for testing the script itself; its report says so.
+
+    python -m scripts.gpu_check [--out bench/results/gpu.json] [--levels 1,8,32] [--trials 10]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from scripts.bench.client import LONG, SHORT, concurrent, local_server, model_dir, pct, ws_once
+from scripts.bench.texts import LOAD_REPLY
+
+REPO = Path(__file__).resolve().parent.parent
+DEFAULT_OUT = REPO / "bench" / "results" / "gpu.json"
+BUDGET_S = 8 * 60  # the whole check, install excluded: each step is bounded to fit
+
+
+def gpu_problem() -> str | None:
+    """Why this machine cannot run the torch backend on CUDA, or None."""
+    import torch
+    from kokoro_tts.backends.torch import cuda_problem
+
+    if shutil.which("nvidia-smi") is None and not Path("/proc/driver/nvidia").exists():
+        return "no NVIDIA driver here (no nvidia-smi, no /proc/driver/nvidia)"
+    return cuda_problem(torch)
+
+
+def gpu_info() -> dict[str, Any]:
+    import torch
+
+    info: dict[str, Any] = {"torch": torch.__version__, "torch_cuda": torch.version.cuda}
+    if torch.cuda.is_available():
+        info["gpu"] = torch.cuda.get_device_name(0)
+    try:
+        query = ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"]
+        info["driver"] = subprocess.run(query, capture_output=True, text=True, timeout=20).stdout.strip() or None
+    except (OSError, subprocess.TimeoutExpired):
+        info["driver"] = None
+    return info
+
+
+def checked_health(url: str, device: str) -> dict[str, Any]:
+    health: dict[str, Any] = httpx.get(f"{url}/health", timeout=10).json()
+    if health.get("device") != device or health.get("backend") != "torch":
+        raise SystemExit(f"gpu-check: the server runs {health}, not the torch backend on {device}")
+    return health
+
+
+async def measure(url: str, levels: Sequence[int], trials: int, reply: str, deadline: float) -> dict[str, Any]:
+    await ws_once(url, SHORT)  # warm: CUDA kernels and allocator
+    first = [(await ws_once(url, SHORT)).ttfa_ms for _ in range(trials)]
+    long_first = [(await ws_once(url, LONG)).ttfa_ms for _ in range(max(1, trials // 2))]
+    rows = []
+    for sessions in levels:
+        if time.monotonic() > deadline:
+            rows.append({"sessions": sessions, "measured": False, "why": "the 8-minute budget ran out"})
+            continue
+        rows.append(await asyncio.wait_for(concurrent(url, sessions, reply), max(1.0, deadline - time.monotonic())))
+    return {
+        "first_audio": {
+            "text": SHORT,
+            "trials": trials,
+            "ttfa_p50_ms": pct(first, 0.5),
+            "ttfa_p95_ms": pct(first, 0.95),
+            "long_reply_ttfa_p50_ms": pct(long_first, 0.5),
+        },
+        "concurrency": {"reply": reply, "levels": rows},
+    }
+
+
+def write_report(path: Path, document: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.part")
+    tmp.write_text(json.dumps(document, indent=2) + "\n")
+    os.replace(tmp, path)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="gpu-check", description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    parser.add_argument("--levels", default="1,8,32", help="concurrent sessions, comma-separated")
+    parser.add_argument("--trials", type=int, default=10, help="first-audio trials")
+    parser.add_argument("--reply", default=LOAD_REPLY, help="what each concurrent session speaks")
+    parser.add_argument("--allow-cpu", action="store_true", help="run on the CPU when there is no GPU (testing)")
+    args = parser.parse_args(argv)
+    started = time.monotonic()
+    levels = [int(x) for x in args.levels.split(",") if x.strip()]
+
+    problem = gpu_problem()
+    if problem and not args.allow_cpu:
+        print(f"gpu-check: needs an NVIDIA GPU with a CUDA 12 driver (>= 525): {problem}", file=sys.stderr)
+        return 2
+    device = "cpu" if problem else "cuda"
+
+    from kokoro_tts.backends import torch_weights
+    from kokoro_tts.weights.derive import derive_torch
+    from kokoro_tts.weights.layout import WeightLayout
+
+    layout = WeightLayout(model_dir())
+    if not (layout.root / "kokoro-v1_0.pth").is_file():
+        derive_torch(layout.root)
+    os.environ.update(KOKORO_BACKEND="torch", KOKORO_DEVICE=device)
+    os.environ.setdefault("KOKORO_WORKERS", "1")
+    deadline = started + BUDGET_S
+    with local_server(ready_timeout_s=min(300, BUDGET_S / 2)) as url:
+        health = checked_health(url, device)
+        results = asyncio.run(measure(url, levels, args.trials, args.reply, deadline))
+    document = {
+        "run": {
+            "device": device,
+            "note": None if device == "cuda" else f"CPU run for testing the check itself ({problem})",
+            "weights": torch_weights(layout).name,
+            "workers": int(os.environ["KOKORO_WORKERS"]),
+            "wall_s": round(time.monotonic() - started, 1),
+        },
+        "machine": {"cores": os.cpu_count(), "arch": platform.machine(), **gpu_info()},
+        "health": health,
+        **results,
+    }
+    write_report(args.out, document)
+    print(f"gpu-check: wrote {args.out} ({device}, {document['run']['wall_s']} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
