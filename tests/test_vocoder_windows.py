@@ -15,6 +15,7 @@ Why these bounds (measured on this export, tests' sentences and voices, 2 CPU co
 from __future__ import annotations
 
 import itertools
+import os
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -24,13 +25,14 @@ import onnx
 import pytest
 from kokoro_tts.audio import float_to_pcm16
 from kokoro_tts.backends.onnx import OnnxBackend
-from kokoro_tts.backends.stages import SAMPLES_PER_FRAME, OnnxStages, derive_stage_graphs
+from kokoro_tts.backends.stages import SAMPLES_PER_FRAME, OnnxStages
 from kokoro_tts.phonemes import Phonemizer
 from kokoro_tts.vocoder_windows import WindowPlan, decode_in_windows
 from kokoro_tts.voices import VoiceBank
-from kokoro_tts.weights.layout import WeightLayout
+from kokoro_tts.weights.layout import WeightLayout, hash_file
+from kokoro_tts.weights.stage_graphs import derive_stages
 from support.audio_metrics import log_mel_l1_db, seam_features
-from support.speech import word_errors
+from support.listener import WhisperListener, word_errors
 
 SENTENCES = [
     "Streaming speech lets a caller hear the answer while the rest is still being written.",
@@ -53,10 +55,20 @@ class Case:
 
 @pytest.fixture(scope="module")
 def stage_paths(model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    out = tmp_path_factory.mktemp("stages")
-    front, decoder = out / "front.onnx", out / "decoder.onnx"
-    derive_stage_graphs(model_dir / "kokoro.onnx", front, decoder)
-    return front, decoder
+    """``make weights``' derive-stages on a layout of hard links to the real one (its files stay untouched)."""
+    layout = tmp_path_factory.mktemp("layout")
+    for source in model_dir.rglob("*"):
+        if source.is_file():  # derived files are replaced by rename, never written through a link
+            (layout / source.relative_to(model_dir)).parent.mkdir(parents=True, exist_ok=True)
+            os.link(source, layout / source.relative_to(model_dir))
+    result = derive_stages(layout, force=True)
+    assert result.derived
+    listed = WeightLayout(layout).read_manifest().files
+    for path in (result.front, result.decoder):
+        assert listed[path.name] == hash_file(path)
+    assert not derive_stages(layout).derived  # listed: a no-op, as make weights runs it every time
+    WeightLayout(layout).verify(full=False)
+    return result.front, result.decoder
 
 
 @pytest.fixture(scope="module")
@@ -145,14 +157,13 @@ def test_no_click_at_the_seams(cases: list[Case]) -> None:
 
 
 def test_whisper_understands_the_windowed_speech(cases: list[Case]) -> None:
-    from support.whisper_listener import transcribe
-
+    listener = WhisperListener.shared()
     errors = words = whole_errors = 0
     for case in cases:
-        heard = transcribe(float_to_pcm16(case.windowed))
+        heard = listener.transcribe(float_to_pcm16(case.windowed))
         e, n = word_errors(case.text, heard)
         errors, words = errors + e, words + n
-        whole_errors += word_errors(case.text, transcribe(float_to_pcm16(case.whole)))[0]
+        whole_errors += word_errors(case.text, listener.transcribe(float_to_pcm16(case.whole)))[0]
         print(f"{case.voice}: {heard!r} ({e} errors)")
     assert errors / words <= 0.02, f"WER {errors}/{words} windowed (whole chunk: {whole_errors}/{words})"
     assert errors <= whole_errors + 1

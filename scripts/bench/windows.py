@@ -22,13 +22,14 @@ from pathlib import Path
 import numpy as np
 import onnx
 from kokoro_tts.backends.onnx import OnnxBackend
-from kokoro_tts.backends.stages import SAMPLES_PER_FRAME, OnnxStages, derive_stage_graphs
+from kokoro_tts.backends.stages import SAMPLES_PER_FRAME, OnnxStages
 from kokoro_tts.phonemes import Phonemizer
 from kokoro_tts.text_chunks import split_utterance
 from kokoro_tts.vocoder_windows import WindowPlan, decode_in_windows
 from kokoro_tts.voices import VoiceBank
 from kokoro_tts.weights.dequantize import dequantize
 from kokoro_tts.weights.layout import WeightLayout
+from kokoro_tts.weights.stage_graphs import derive_stage_graphs
 
 from .client import model_dir
 from .peer import VOICE, _peer, build_voices_npz

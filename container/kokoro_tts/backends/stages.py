@@ -11,7 +11,7 @@ The shipped ONNX export is one graph, tokens → audio. Cut where the decoder's 
 
 The export has no random nodes (its sine generator draws no random initial phase and adds no noise), so the
 two stages on a whole chunk reproduce the monolithic graph bit for bit (tests/test_stages.py).
-The graphs are derived with onnx's own extractor at ``make weights`` time (``derive_stage_graphs``).
+The graphs are derived with onnx's own extractor at ``make weights`` time (weights/stage_graphs.py).
 """
 
 from __future__ import annotations
@@ -27,14 +27,6 @@ SAMPLES_PER_FRAME = 600  # audio samples per aligned frame (25 ms at 24 kHz)
 F0_PER_FRAME = 2  # F0 and energy run at twice the aligned frame rate
 HARMONIC_PER_FRAME = 120  # STFT frames of the harmonic source per aligned frame (hop 5 samples)
 
-# Where the shipped export (PyTorch module names kept) makes the decoder's inputs.
-CUT = {
-    "asr": "/encoder/MatMul_1_output_0",
-    "f0": "/encoder/Reshape_output_0",
-    "energy": "/encoder/Reshape_1_output_0",
-    "durations": "/encoder/Clip_output_0",
-    "harmonics": "/decoder/decoder/generator/Concat_3_output_0",
-}
 FRONT_OUTPUTS = ("asr", "f0", "energy", "durations", "harmonics")
 DECODER_INPUTS = ("asr", "f0", "energy", "harmonics", "style")
 
@@ -65,33 +57,6 @@ class Prosody:
         }
 
 
-def derive_stage_graphs(model: Path, front: Path, decoder: Path) -> None:
-    """Cut the monolithic export into the front and decoder graphs (onnx is needed at build time only)."""
-    import onnx
-    import onnx.utils
-
-    extractor = onnx.utils.Extractor(onnx.load(str(model)))
-    graphs = {
-        front: extractor.extract_model(["tokens", "style", "speed"], [CUT[name] for name in FRONT_OUTPUTS]),
-        decoder: extractor.extract_model([CUT.get(name, name) for name in DECODER_INPUTS], ["audio"]),
-    }
-    for path, graph in graphs.items():
-        for name, tensor in CUT.items():
-            _rename(graph.graph, tensor, name)
-        tmp = path.with_name(path.name + ".tmp")
-        onnx.save(graph, str(tmp))
-        os.replace(tmp, path)
-
-
-def _rename(graph: object, old: str, new: str) -> None:
-    for value in [*graph.input, *graph.output, *graph.value_info]:  # type: ignore[attr-defined]
-        if value.name == old:
-            value.name = new
-    for node in graph.node:  # type: ignore[attr-defined]
-        node.input[:] = [new if name == old else name for name in node.input]
-        node.output[:] = [new if name == old else name for name in node.output]
-
-
 def cpu_session(path: Path, threads: int = 0) -> ort.InferenceSession:
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads or (os.cpu_count() or 1)
@@ -104,6 +69,7 @@ class OnnxStages:
     """The two derived graphs, run on their own: ``front`` once per chunk, ``decode`` per window."""
 
     def __init__(self, front: Path, decoder: Path, threads: int = 0) -> None:
+        # The CPU only for now: the torch backend serves GPUs (its stages are still to be exposed).
         self._front = cpu_session(front, threads)
         self._decoder = cpu_session(decoder, threads)
 
