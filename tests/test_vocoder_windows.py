@@ -156,6 +156,19 @@ def test_no_click_at_the_seams(cases: list[Case]) -> None:
         assert (at_seams[:, 1] <= high_limit).all(), f"{case.voice}: high-band spike at a seam"
 
 
+def test_the_click_detector_sees_a_bare_join(stages: OnnxStages, cases: list[Case]) -> None:
+    # What the seam test guards against: two windows decoded without context or crossfade and butted together
+    # in the loudest frame of the chunk (measured: a 23.4 jump at the seam, the chunk's 99th percentile 0.32).
+    # The detector must flag that seam.
+    case = cases[0]
+    prosody = stages.front(case.tokens, case.style, 1.0)
+    cut = int(np.argmax(np.abs(case.whole).reshape(-1, SAMPLES_PER_FRAME).max(axis=1)))
+    bad = np.concatenate([stages.decode(prosody, 0, cut), stages.decode(prosody, cut, prosody.frames)])
+    typical = seam_features(case.whole, list(range(48, case.whole.size - 48, 96)))
+    at_seam = seam_features(bad, [cut * SAMPLES_PER_FRAME])
+    assert at_seam[0, 0] > np.percentile(typical[:, 0], 99) or at_seam[0, 1] > np.percentile(typical[:, 1], 99)
+
+
 def test_whisper_understands_the_windowed_speech(cases: list[Case]) -> None:
     listener = WhisperListener.shared()
     errors = words = whole_errors = 0
