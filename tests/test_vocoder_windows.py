@@ -130,6 +130,18 @@ def test_window_plan_covers_the_chunk_and_starts_small() -> None:
     assert [hi - lo for lo, hi in PLAN.bounds(179)] == [12, 48, 119]
 
 
+def test_paced_windows_fit_the_audio_queued_ahead() -> None:
+    context = PLAN.left_context + PLAN.right_context + PLAN.crossfade
+    # 2 s queued at 10 ms of decoding per frame: 0.7 * 2 / 0.01 = 140 frames decoded, the context included.
+    assert PLAN.paced_size(2.0, 0.01, 12) == 140 - context
+    assert PLAN.paced_size(2.0, 0.01, 48) == 48 * PLAN.growth  # never below the unpaced growth
+    assert PLAN.paced_size(100.0, 0.01, 12) == PLAN.largest
+    # Behind playback (a loaded machine): the rest in one window, one gap at the least compute.
+    assert PLAN.paced_size(0.3, 0.016, 12) == PLAN.largest
+    assert PLAN.paced_size(-1.0, 0.01, 12) == PLAN.largest
+    assert PLAN.stop(0, 170, 179) == 179  # a 9-frame tail is merged, not decoded with 20 frames of context
+
+
 def test_windowed_audio_matches_the_whole_chunk(cases: list[Case]) -> None:
     for case in cases:
         assert case.windowed.size == case.whole.size
@@ -142,7 +154,7 @@ def test_windows_without_context_would_fail_the_bound(stages: OnnxStages, cases:
     case = cases[0]
     prosody = stages.front(case.tokens, case.style, 1.0)
     bare = WindowPlan(left_context=0, right_context=0, crossfade=0)
-    audio = np.concatenate(list(decode_in_windows(partial(stages.decode, prosody), prosody.frames, bare)))
+    audio = np.concatenate(list(decode_in_windows(partial(stages.decode, prosody), prosody.frames, bare, paced=False)))
     assert log_mel_l1_db(case.whole, audio) > 2.5
 
 

@@ -36,6 +36,16 @@ from .peer import VOICE, _peer, build_voices_npz
 from .texts import REPLY
 
 
+def underrun_s(arrivals: list[tuple[float, float]]) -> float:
+    """Silence a listener hears inside one sentence: playback starts when the first window arrives, and each
+    later window that arrives after the audio before it has played leaves a gap."""
+    gap, plays_until = 0.0, arrivals[0][0]
+    for ready, seconds in arrivals:
+        gap += max(0.0, ready - plays_until)
+        plays_until = max(plays_until, ready) + seconds
+    return gap
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=3)
@@ -61,6 +71,7 @@ def main() -> None:
             inputs.append((text, tokens, voice.style(len(tokens))))
         times: dict[str, list[float]] = {k: [] for k in ("whole", "first", "windowed", "float", "peer")}
         audio_s = 0.0
+        gaps: list[float] = []
         peer.create(sentences[0], voice=VOICE, speed=1.0, lang="en-us")
         whole.synthesize(inputs[0][1], inputs[0][2], 1.0)
         for _ in range(args.trials):
@@ -71,10 +82,12 @@ def main() -> None:
                 audio_s += audio.size / 24_000
                 started = time.perf_counter()
                 prosody = stages.front(tokens, style, 1.0)
-                for i, _piece in enumerate(decode_in_windows(partial(stages.decode, prosody), prosody.frames, plan)):
-                    if i == 0:
-                        times["first"].append(time.perf_counter() - started)
+                arrivals = []  # (seconds since the request, seconds of audio) per window
+                for piece in decode_in_windows(partial(stages.decode, prosody), prosody.frames, plan):
+                    arrivals.append((time.perf_counter() - started, piece.size / 24_000))
+                times["first"].append(arrivals[0][0])
                 times["windowed"].append(time.perf_counter() - started)
+                gaps.append(underrun_s(arrivals))
                 started = time.perf_counter()
                 floating.synthesize(tokens, style, 1.0)
                 times["float"].append(time.perf_counter() - started)
@@ -90,6 +103,10 @@ def main() -> None:
                 f"{np.median(ratio):.2f} (p10 {np.percentile(ratio, 10):.2f}, p90 {np.percentile(ratio, 90):.2f}); "
                 f"sum ratio {sum(values) / sum(times['whole']):.3f}"
             )
+        print(
+            f"underruns within a sentence (playback from its first window): {sum(g > 0 for g in gaps)} of "
+            f"{len(gaps)} sentences, {1000 * sum(gaps):.0f} ms of silence in all, worst {1000 * max(gaps):.0f} ms"
+        )
         frames = [stages.front(t, s, 1.0).frames for _, t, s in inputs]
         print(
             "decoded frames / chunk frames (context cost):",
