@@ -192,3 +192,20 @@ def test_whisper_understands_the_windowed_speech(cases: list[Case]) -> None:
         print(f"{case.voice}: {heard!r} ({e} errors)")
     assert errors / words <= 0.02, f"WER {errors}/{words} windowed (whole chunk: {whole_errors}/{words})"
     assert errors <= whole_errors + 1
+
+
+def test_float_weights_decoder_is_the_same_model(stage_paths: tuple[Path, Path], cases: list[Case]) -> None:
+    # weights/dequantize.py: the decoder with its int8 weights dequantized (the speed comparison's float variant).
+    from kokoro_tts.weights.dequantize import dequantize
+
+    front, decoder = stage_paths
+    model = dequantize(onnx.load(str(decoder)))
+    ops = {node.op_type for node in model.graph.node}
+    assert not ops & {"ConvInteger", "MatMulInteger", "DynamicQuantizeLinear"}
+    floats = decoder.with_name("decoder-float.onnx")
+    onnx.save(model, str(floats))
+    stages = OnnxStages(front, floats, threads=2)
+    case = cases[0]
+    audio = stages.decode(stages.front(case.tokens, case.style, 1.0))
+    # Measured 0.97-1.01 dB log-mel L1 from the int8 decoder (its activations are no longer rounded to 8 bits).
+    assert log_mel_l1_db(case.whole, audio) <= 1.5
