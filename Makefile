@@ -34,6 +34,7 @@ install: $(VENV)/.installed weights ## create .venv from the lock and fetch the 
 weights: $(VENV)/.installed ## fetch the Kokoro weights into MODEL_DIR, derive the torch weights (no-ops when done)
 	$(PY) -m kokoro_tts.weights fetch --dest "$(MODEL_DIR)"
 	$(PY) -m kokoro_tts.weights derive-torch --dest "$(MODEL_DIR)"
+	$(PY) -m kokoro_tts.weights derive-stages --dest "$(MODEL_DIR)"
 
 serve: install ## run the TTS server in the foreground on the embedded default (PORT=8080)
 	$(VENV)/bin/serve --host $(HOST) --port $(PORT)

@@ -1,4 +1,4 @@
-"""kokoro-weights fetch | verify | push | derive-torch: the Kokoro-82M weights in one on-disk layout."""
+"""kokoro-weights fetch | verify | push | derive-torch | derive-stages: the Kokoro-82M weights in one on-disk layout."""
 
 from __future__ import annotations
 
@@ -47,6 +47,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     common(derive)
     derive.add_argument("--force", action="store_true", help="derive again even when the manifest lists them")
+
+    stages = sub.add_parser(
+        "derive-stages", help="cut DEST/kokoro.onnx into the prosody front and the vocoder decoder (needs onnx)"
+    )
+    common(stages)
+    stages.add_argument("--force", action="store_true", help="derive again even when the manifest lists them")
 
     push = sub.add_parser("push", help="upload the layout to an S3 prefix (unchanged files skipped)")
     common(push)
@@ -109,6 +115,22 @@ def _derive(args: argparse.Namespace) -> int:
     return 0
 
 
+def _derive_stages(args: argparse.Namespace) -> int:
+    try:
+        from .stage_graphs import derive_stages
+    except ImportError as e:  # pragma: no cover - the dev lock has onnx
+        print(f"error: derive-stages needs onnx ({e})", file=sys.stderr)
+        return 1
+    try:
+        result = derive_stages(args.dest, force=args.force)
+    except (LayoutError, OSError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    done = "derived" if result.derived else "already derived and listed in the manifest:"
+    print(f"{done} {result.front.name}, {result.decoder.name} in {args.dest}")
+    return 0
+
+
 def _push(args: argparse.Namespace) -> int:
     from .s3sync import PushError, push
 
@@ -124,7 +146,13 @@ def _push(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    handlers = {"fetch": _fetch, "verify": _verify, "push": _push, "derive-torch": _derive}
+    handlers = {
+        "fetch": _fetch,
+        "verify": _verify,
+        "push": _push,
+        "derive-torch": _derive,
+        "derive-stages": _derive_stages,
+    }
     try:
         return handlers[args.command](args)
     except KeyboardInterrupt:

@@ -5,6 +5,8 @@ ROOT/config.json         Kokoro's config.json ("vocab": phoneme → token id)
 ROOT/kokoro.onnx         the ONNX model
 ROOT/kokoro-v1_0.pth     optional torch weights (Hugging Face)
 ROOT/kokoro-v1_0-int8-derived.pth  optional torch weights derived from kokoro.onnx (`derive-torch`)
+ROOT/kokoro-front.onnx   optional: the prosody front cut from kokoro.onnx (`derive-stages`)
+ROOT/kokoro-decoder.onnx optional: the vocoder decoder cut from kokoro.onnx (`derive-stages`)
 ROOT/voices/<name>.bin   voice packs: little-endian float32, 510 × 256
 ROOT/manifest.json       {"model", "source", "files": {path: {"sha256", "bytes"}}}, written last
 ```
@@ -29,6 +31,8 @@ CONFIG = "config.json"
 ONNX = "kokoro.onnx"
 TORCH = "kokoro-v1_0.pth"
 DERIVED_TORCH = "kokoro-v1_0-int8-derived.pth"
+FRONT_GRAPH = "kokoro-front.onnx"
+DECODER_GRAPH = "kokoro-decoder.onnx"
 VOICES = "voices"
 MANIFEST = "manifest.json"
 
@@ -50,7 +54,7 @@ VOICE_NAMES: tuple[str, ...] = (
 
 # The only relative paths a manifest may name: nothing can point outside the layout.
 _PATH_RE = re.compile(
-    rf"^(?:config\.json|kokoro\.onnx|kokoro-v1_0\.pth|kokoro-v1_0-int8-derived\.pth|{VOICES}/[A-Za-z0-9_]+\.bin)$"
+    rf"^(?:config\.json|kokoro\.onnx|kokoro-v1_0\.pth|kokoro-v1_0-int8-derived\.pth|kokoro-(?:front|decoder)\.onnx|{VOICES}/[A-Za-z0-9_]+\.bin)$"
 )
 _SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 CHUNK = 1 << 20

@@ -1,0 +1,90 @@
+"""Kokoro in two stages: the prosody front (cheap) and the vocoder decoder (about 90 % of the time).
+
+The shipped ONNX export is one graph, tokens → audio. Cut where the decoder's inputs are made, it becomes:
+
+- **front**: tokens, style, speed → aligned features ``asr`` (1, 512, T), ``f0`` and ``energy`` (1, 2T),
+  the predicted ``durations`` per token (frames, padding tokens included) and ``harmonics`` (1, 22, 120T + 1):
+  the STFT of the harmonic source the vocoder mixes in. The source is a sine bank whose phase integrates F0
+  from the start of the chunk, so it is made here, once for the whole chunk: a window of the decoder then
+  takes its slice and its phase carries on across windows instead of restarting at zero.
+- **decoder**: asr, f0, energy, harmonics, style → audio (600 samples per aligned frame at 24 kHz).
+
+The export has no random nodes (its sine generator draws no random initial phase and adds no noise), so the
+two stages on a whole chunk reproduce the monolithic graph bit for bit (tests/test_stages.py).
+The graphs are derived with onnx's own extractor at ``make weights`` time (weights/stage_graphs.py).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+
+SAMPLES_PER_FRAME = 600  # audio samples per aligned frame (25 ms at 24 kHz)
+F0_PER_FRAME = 2  # F0 and energy run at twice the aligned frame rate
+HARMONIC_PER_FRAME = 120  # STFT frames of the harmonic source per aligned frame (hop 5 samples)
+
+FRONT_OUTPUTS = ("asr", "f0", "energy", "durations", "harmonics")
+DECODER_INPUTS = ("asr", "f0", "energy", "harmonics", "style")
+
+
+@dataclass(frozen=True)
+class Prosody:
+    """The front's output for one chunk: everything the decoder needs, for every aligned frame."""
+
+    asr: np.ndarray  # (1, 512, T)
+    f0: np.ndarray  # (1, 2T)
+    energy: np.ndarray  # (1, 2T)
+    durations: np.ndarray  # (n_tokens + 2,) frames per token
+    harmonics: np.ndarray  # (1, 22, 120T + 1)
+    style: np.ndarray  # (1, 256)
+
+    @property
+    def frames(self) -> int:
+        return int(self.asr.shape[-1])
+
+    def window(self, start: int, stop: int) -> dict[str, np.ndarray]:
+        """The decoder's feeds for aligned frames [start, stop)."""
+        return {
+            "asr": self.asr[:, :, start:stop],
+            "f0": self.f0[:, F0_PER_FRAME * start : F0_PER_FRAME * stop],
+            "energy": self.energy[:, F0_PER_FRAME * start : F0_PER_FRAME * stop],
+            "harmonics": self.harmonics[:, :, HARMONIC_PER_FRAME * start : HARMONIC_PER_FRAME * stop + 1],
+            "style": self.style,
+        }
+
+
+def cpu_session(path: Path, threads: int = 0) -> ort.InferenceSession:
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads or (os.cpu_count() or 1)
+    options.inter_op_num_threads = 1
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+
+
+class OnnxStages:
+    """The two derived graphs, run on their own: ``front`` once per chunk, ``decode`` per window."""
+
+    def __init__(self, front: Path, decoder: Path, threads: int = 0) -> None:
+        # The CPU only for now: the torch backend serves GPUs (its stages are still to be exposed).
+        self._front = cpu_session(front, threads)
+        self._decoder = cpu_session(decoder, threads)
+
+    def front(self, tokens: list[int], style: np.ndarray, speed: float) -> Prosody:
+        style = np.asarray(style, dtype=np.float32).reshape(1, -1)
+        feeds = {
+            "tokens": np.array([[0, *tokens, 0]], dtype=np.int64),
+            "style": style,
+            "speed": np.array([speed], dtype=np.float32),
+        }
+        asr, f0, energy, durations, harmonics = self._front.run(list(FRONT_OUTPUTS), feeds)
+        return Prosody(asr, f0, energy, np.asarray(durations).reshape(-1), harmonics, style)
+
+    def decode(self, prosody: Prosody, start: int = 0, stop: int | None = None) -> np.ndarray:
+        """Audio for aligned frames [start, stop) decoded on their own (no context: see vocoder_windows.py)."""
+        stop = prosody.frames if stop is None else stop
+        (audio,) = self._decoder.run(["audio"], prosody.window(start, stop))
+        return np.asarray(audio, dtype=np.float32).reshape(-1)

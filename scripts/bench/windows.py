@@ -1,0 +1,123 @@
+"""Windowed vocoding side by side (issue 9): per sentence of the reply, in one process, interleaved:
+
+- ``whole``: our backend on the shipped int8 graph (what the engine runs today);
+- ``windowed``: the two derived stages, the decoder in windows (vocoder_windows.WindowPlan): time to the first
+  window's audio (front + first window) and the total;
+- ``float``: the monolithic graph with dequantized float weights (weights/dequantize.py);
+- ``kokoro-onnx``: the peer library on the shipped file (its ``create``).
+
+Run: ``.venv/bin/python -m scripts.bench.windows [--trials N]``. Prints a table and the per-trial ratios; the
+machine may be shared, so only ratios within one run mean anything (each trial runs every variant in turn).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import onnx
+from kokoro_tts.backends.onnx import OnnxBackend
+from kokoro_tts.backends.stages import SAMPLES_PER_FRAME, OnnxStages, Prosody
+from kokoro_tts.phonemes import Phonemizer
+from kokoro_tts.text_chunks import split_utterance
+from kokoro_tts.vocoder_windows import WindowPlan, decode_in_windows
+from kokoro_tts.voices import VoiceBank
+from kokoro_tts.weights.dequantize import dequantize
+from kokoro_tts.weights.layout import WeightLayout
+from kokoro_tts.weights.stage_graphs import derive_stage_graphs
+
+from .client import model_dir
+from .peer import VOICE, _peer, build_voices_npz
+from .texts import REPLY
+
+
+def underrun_s(arrivals: list[tuple[float, float]]) -> float:
+    """Silence a listener hears inside one sentence: playback starts when the first window arrives, and each
+    later window that arrives after the audio before it has played leaves a gap."""
+    gap, plays_until = 0.0, arrivals[0][0]
+    for ready, seconds in arrivals:
+        gap += max(0.0, ready - plays_until)
+        plays_until = max(plays_until, ready) + seconds
+    return gap
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trials", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=0)
+    args = parser.parse_args()
+    layout = WeightLayout(model_dir())
+    voices, phonemizer = VoiceBank(layout), Phonemizer(layout.config()["vocab"])
+    voice = voices.resolve(VOICE)
+    plan = WindowPlan()
+    with tempfile.TemporaryDirectory(prefix="kokoro-stages-") as tmp:
+        front, decoder, floats = Path(tmp) / "front.onnx", Path(tmp) / "decoder.onnx", Path(tmp) / "float.onnx"
+        derive_stage_graphs(layout.onnx_path, front, decoder)
+        onnx.save(dequantize(onnx.load(str(layout.onnx_path))), str(floats))
+        whole = OnnxBackend(layout.onnx_path, device="cpu", threads=args.threads)
+        floating = OnnxBackend(floats, device="cpu", threads=args.threads)
+        stages = OnnxStages(front, decoder, threads=args.threads)
+        peer = _peer(layout, build_voices_npz(layout, Path(tmp) / "voices.npz"), "cpu", args.threads)
+
+        sentences = split_utterance(REPLY)
+        inputs = []
+        for text in sentences:
+            (tokens,) = phonemizer.token_batches(phonemizer.phonemes(text, voice.lang))
+            inputs.append((text, tokens, voice.style(len(tokens))))
+        times: dict[str, list[float]] = {k: [] for k in ("whole", "first", "windowed", "float", "peer")}
+        audio_s = 0.0
+        gaps: list[float] = []
+        decoded = [0, 0]  # frames the decoder ran on (context included), frames of audio
+        peer.create(sentences[0], voice=VOICE, speed=1.0, lang="en-us")
+        whole.synthesize(inputs[0][1], inputs[0][2], 1.0)
+        for _ in range(args.trials):
+            for text, tokens, style in inputs:
+                started = time.perf_counter()
+                audio = whole.synthesize(tokens, style, 1.0)
+                times["whole"].append(time.perf_counter() - started)
+                audio_s += audio.size / 24_000
+                started = time.perf_counter()
+                prosody = stages.front(tokens, style, 1.0)
+                arrivals = []  # (seconds since the request, seconds of audio) per window
+
+                def decode(lo: int, hi: int, prosody: Prosody = prosody) -> np.ndarray:
+                    decoded[0] += hi - lo
+                    return stages.decode(prosody, lo, hi)
+
+                decoded[1] += prosody.frames
+                for piece in decode_in_windows(decode, prosody.frames, plan):
+                    arrivals.append((time.perf_counter() - started, piece.size / 24_000))
+                times["first"].append(arrivals[0][0])
+                times["windowed"].append(time.perf_counter() - started)
+                gaps.append(underrun_s(arrivals))
+                started = time.perf_counter()
+                floating.synthesize(tokens, style, 1.0)
+                times["float"].append(time.perf_counter() - started)
+                started = time.perf_counter()
+                peer.create(text, voice=VOICE, speed=1.0, lang="en-us")
+                times["peer"].append(time.perf_counter() - started)
+        w = np.array(times["whole"])
+        print(f"{len(sentences)} sentences x {args.trials} trials, {audio_s / args.trials:.1f} s of audio per trial")
+        for name, values in times.items():
+            ratio = np.array(values) / w
+            print(
+                f"{name:9s} median {1000 * statistics.median(values):7.0f} ms per sentence; / whole: median "
+                f"{np.median(ratio):.2f} (p10 {np.percentile(ratio, 10):.2f}, p90 {np.percentile(ratio, 90):.2f}); "
+                f"sum ratio {sum(values) / sum(times['whole']):.3f}"
+            )
+        print(
+            f"underruns within a sentence (playback from its first window): {sum(g > 0 for g in gaps)} of "
+            f"{len(gaps)} sentences, {1000 * sum(gaps):.0f} ms of silence in all, worst {1000 * max(gaps):.0f} ms"
+        )
+        print(
+            f"decoded frames / chunk frames (the context's cost, paced windows): {decoded[0] / decoded[1]:.3f}; "
+            f"first window {plan.first * SAMPLES_PER_FRAME / 24:.0f} ms of audio"
+        )
+
+
+if __name__ == "__main__":
+    main()
