@@ -24,10 +24,11 @@ from agent_fixtures import (
     types,
     wait_for,
 )
-from support.speech import rms, transcribe, word_errors
 from voice_agent.events import Event
 from voice_agent.scripted_model import SIMULATED_NAME
 from voice_agent.sse import post_sse
+
+from scripts.speech import rms, transcribe, word_errors
 
 pytestmark = pytest.mark.slow
 

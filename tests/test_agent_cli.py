@@ -134,11 +134,11 @@ def test_a_good_request_with_defaults_from_the_settings() -> None:
 
 
 def test_the_tts_transports_follow_the_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    from kokoro_client.http_batch import HTTPBatchTTS
+    from kokoro_client.local_ws import LocalWSTransport
+    from kokoro_client.sagemaker_batch import SageMakerBatchTTS
+    from kokoro_client.sagemaker_bidi import SageMakerBidiTransport
     from voice_agent.app import make_tts
-    from voice_agent.transports.http_batch import HTTPBatchTTS
-    from voice_agent.transports.local_ws import LocalWSTransport
-    from voice_agent.transports.sagemaker_batch import SageMakerBatchTTS
-    from voice_agent.transports.sagemaker_bidi import SageMakerBidiTransport
 
     local = make_tts(AgentSettings(tts_url="http://tts:9000", tts_endpoint_name=None))
     assert isinstance(local[0], LocalWSTransport) and local[0].url == "ws://tts:9000/invocations-bidirectional-stream"

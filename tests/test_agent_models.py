@@ -135,7 +135,7 @@ def test_settings_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> 
 
 def test_the_default_reply_is_five_sentences_as_the_docs_say() -> None:
     """README and docs/agent.md describe the scripted reply as five sentences; the chunker is what counts them."""
-    from voice_agent.chunker import IncrementalSentenceChunker
+    from kokoro_client.chunker import IncrementalSentenceChunker
 
     chunker = IncrementalSentenceChunker()
     sentences = [s for token in tokenize(DEFAULT_REPLY) for s in chunker.feed(token)]

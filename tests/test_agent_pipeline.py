@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 from agent_fixtures import FakeBatch, FakeSource, FakeTTS, index_of, types, wait_for
+from kokoro_client.session import TTSTransportError
 from voice_agent.events import Event
 from voice_agent.pipeline import PipelineOptions, run_batch, run_bidi
-from voice_agent.transports.base import TTSTransportError
 
 TOKENS = ["Hello", " there", "!", " This", " is", " the", " second", " one", ".", " And", " a", " third", "."]
 OPTIONS = PipelineOptions(tts_connect_timeout_s=2, tts_idle_timeout_s=2, llm_idle_timeout_s=2)

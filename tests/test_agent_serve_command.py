@@ -15,8 +15,10 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import REPO, free_port
+from conftest import REPO
 from voice_agent.settings import ENVIRONMENT
+
+from scripts.servers import free_port
 
 
 def voice_agent() -> str:

@@ -76,11 +76,8 @@ def test_demo_wavs_start_when_the_request_was_sent(tmp_path: Path, capsys: pytes
 
 
 def test_next_steps_name_the_files_the_page_and_make_serve_agent() -> None:
-    sys.path.insert(0, str(REPO / "scripts"))
-    try:
-        import demo
-    finally:
-        sys.path.remove(str(REPO / "scripts"))
+    from scripts import demo
+
     gone = demo.next_steps(Path("out"), None)
     assert "demo-compare.wav" in gone and "make demo KEEP=1" in gone and "http" not in gone.split("page")[1][:40]
     assert "make serve" in gone and "make agent" in gone
@@ -93,7 +90,7 @@ def test_make_demo_writes_files_that_differ_by_the_measured_wait(tmp_path: Path,
     """The real demo with --keep (`make demo KEEP=1`; about a minute on 2 cores): TTS server, agent, scripted LLM,
     both modes once; the page's URL only once it is measured and the page stays up; `kill` stops both servers."""
     demo = subprocess.Popen(
-        [sys.executable, "scripts/demo.py", "--keep", "--out", str(tmp_path), "--model-dir", str(model_dir)],
+        [sys.executable, "-m", "scripts.demo", "--keep", "--out", str(tmp_path), "--model-dir", str(model_dir)],
         cwd=REPO,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
         stdout=subprocess.PIPE,

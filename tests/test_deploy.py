@@ -1,4 +1,4 @@
-"""make deploy / make destroy (scripts/deploy.sh, scripts/destroy.sh, scripts/deploy/), without an AWS account.
+"""make deploy / make destroy (scripts/deploy/: deploy.sh, destroy.sh and the Python half), without an AWS account.
 
 - The preflight: every missing prerequisite named in one message, simulated through PATH and the environment
   of a subprocess; nothing changes before it passes.
@@ -28,20 +28,21 @@ import boto3
 import pytest
 import test_sagemaker_bidi as bidi
 from agent_fixtures import FAST, agent_settings, make_model
-from conftest import free_port
+from kokoro_client.session import AudioEvent, ControlEvent, TTSEvent
 from kokoro_tts.weights.layout import TORCH, VOICE_BYTES, VOICE_NAMES, Manifest, hash_file
-from kokoro_tts.weights.sources import packaged_config
 from moto import mock_aws
 from moto.server import ThreadedMotoServer
 from smithy_core.exceptions import SmithyIdentityError
-from voice_agent.transports.base import AudioEvent, ControlEvent, TTSEvent
 from websockets.asyncio.server import ServerConnection
+
+from scripts.servers import free_port
+from scripts.weights.sources import packaged_config
 
 REPO = Path(__file__).resolve().parent.parent
 # scripts/ is not an installed package: deploy.sh runs `python -m scripts.deploy` from the repository root.
 sys.path.insert(0, str(REPO))
+from kokoro_client.aws_credentials import Boto3CredentialsResolver  # noqa: E402
 from support.agentcore_standin import HealthStandin, deployed_agent, running  # noqa: E402
-from voice_agent.aws_credentials import Boto3CredentialsResolver  # noqa: E402
 
 from scripts.deploy.__main__ import main  # noqa: E402
 from scripts.deploy.ecr import EcrError, Repository, docker_login, image_digest  # noqa: E402
@@ -467,7 +468,7 @@ def test_deploy_sh_changes_nothing_when_the_preflight_fails(tmp_path: Path) -> N
     log = tmp_path / "tools.jsonl"
     env = clean_env(tmp_path, bin_dir, FAKE_LOG=str(log), WEIGHTS_DIR=str(tmp_path / "none"))
     result = subprocess.run(
-        [str(checkout / "scripts/deploy.sh")], cwd=checkout, env=env, capture_output=True, text=True, timeout=60
+        [str(checkout / "scripts/deploy/deploy.sh")], cwd=checkout, env=env, capture_output=True, text=True, timeout=60
     )
     assert result.returncode == 2, result.stdout + result.stderr
     assert "BEDROCK_MODEL_ID is not set" in result.stderr and "no AWS credentials" in result.stderr
@@ -929,11 +930,11 @@ async def test_the_smoke_test_signs_with_what_boto3_finds(tmp_path: Path) -> Non
 def make_checkout(tmp_path: Path) -> Path:
     """A throwaway git checkout with the deploy scripts, so the runs write nothing into the real tree."""
     checkout = tmp_path / "checkout"
-    for name in ("scripts/deploy.sh", "scripts/destroy.sh", "scripts/find_tf_plugin_dir.sh", "scripts/deploy/lib.sh"):
+    for name in ("scripts/__init__.py", "scripts/find_tf_plugin_dir.sh"):
         (checkout / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(REPO / name, checkout / name)
-    for module in (REPO / "scripts/deploy").glob("*.py"):
-        shutil.copy2(module, checkout / "scripts/deploy" / module.name)
+    for package in ("scripts/deploy", "scripts/weights"):  # the deploy flow, and the weights it pushes
+        shutil.copytree(REPO / package, checkout / package, ignore=shutil.ignore_patterns("__pycache__"))
     for root in ("shared", "deployment"):
         (checkout / "terraform" / root).mkdir(parents=True)
         (checkout / "terraform" / root / "main.tf").write_text("# a stand-in for the root\n")
@@ -996,7 +997,7 @@ async def test_deploy_sh_end_to_end_then_again_then_destroy(
     checkout = make_checkout(tmp_path)
     log = Path(deploy_env["FAKE_LOG"])
     rev = git(checkout, "rev-parse", "--short", "HEAD")
-    deploy = [str(checkout / "scripts/deploy.sh")]
+    deploy = [str(checkout / "scripts/deploy/deploy.sh")]
 
     health = HealthStandin("kokoro-tts", HEALTHY_GPU)
     agent = agent_settings(f"http://127.0.0.1:{server.port}")
@@ -1091,7 +1092,7 @@ async def test_deploy_sh_end_to_end_then_again_then_destroy(
 
     # make destroy: the deployment only, with the var file; then DESTROY_SHARED=1 for the rest.
     before = len(tool_calls(log))
-    code, out = await run_script([str(checkout / "scripts/destroy.sh")], deploy_env, checkout)
+    code, out = await run_script([str(checkout / "scripts/deploy/destroy.sh")], deploy_env, checkout)
     assert code == 0, out
     assert [c for c in commands(log, before) if "destroy" in c or "apply" in c] == ["terraform deployment destroy"]
     destroy = tool_calls(log)[-1]
@@ -1101,7 +1102,7 @@ async def test_deploy_sh_end_to_end_then_again_then_destroy(
 
     before = len(tool_calls(log))
     code, out = await run_script(
-        [str(checkout / "scripts/destroy.sh")], {**deploy_env, "DESTROY_SHARED": "1"}, checkout
+        [str(checkout / "scripts/deploy/destroy.sh")], {**deploy_env, "DESTROY_SHARED": "1"}, checkout
     )
     assert code == 0, out
     assert "nothing to destroy: terraform/deployment's state holds no resources" in out
@@ -1114,7 +1115,7 @@ def test_deploy_sh_says_where_it_failed(deploy_env: dict[str, str], tmp_path: Pa
     checkout = make_checkout(tmp_path)
     env = {**deploy_env, "FAKE_TF_FAIL": "shared apply"}
     result = subprocess.run(
-        [str(checkout / "scripts/deploy.sh")], cwd=checkout, env=env, capture_output=True, text=True, timeout=120
+        [str(checkout / "scripts/deploy/deploy.sh")], cwd=checkout, env=env, capture_output=True, text=True, timeout=120
     )
     assert result.returncode != 0
     assert "deploy: FAILED at step 'shared: terraform apply" in result.stderr
@@ -1123,7 +1124,7 @@ def test_deploy_sh_says_where_it_failed(deploy_env: dict[str, str], tmp_path: Pa
 
 def test_destroy_sh_refuses_bad_input_and_a_lost_var_file(deploy_env: dict[str, str], tmp_path: Path) -> None:
     checkout = make_checkout(tmp_path)
-    destroy = [str(checkout / "scripts/destroy.sh")]
+    destroy = [str(checkout / "scripts/deploy/destroy.sh")]
 
     def run(**extra: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
@@ -1157,7 +1158,7 @@ def test_a_redeploy_changes_the_instance_type_of_an_autoscaled_endpoint(
 
     def deploy(**extra: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [str(checkout / "scripts/deploy.sh")],
+            [str(checkout / "scripts/deploy/deploy.sh")],
             cwd=checkout,
             env={**env, **extra},
             capture_output=True,

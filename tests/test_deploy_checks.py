@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
@@ -24,21 +23,19 @@ from typing import Any
 import boto3
 import pytest
 from agent_fixtures import FAST, agent_settings, make_model
-from conftest import free_port
 from moto import mock_aws
+from support.agentcore_standin import HealthStandin, deployed_agent, running
 from voice_agent.scripted_model import SIMULATED_NAME
 
+from scripts.bench.deployed import Deployment, run_runtime_deployed
+from scripts.deploy.__main__ import main
+from scripts.deploy.permissions import ACTIONS, all_actions, check_permissions, policy_json
+from scripts.deploy.preflight import Report, check_deployer_permissions
+from scripts.deploy.scaling import release_for_instance_type
+from scripts.deploy.smoke import SmokeFailure, check_trial, endpoint_health, is_gpu_instance, smoke_runtime
+from scripts.servers import free_port
+
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-from support.agentcore_standin import HealthStandin, deployed_agent, running  # noqa: E402
-
-from scripts.bench.deployed import Deployment, run_runtime_deployed  # noqa: E402
-from scripts.deploy.__main__ import main  # noqa: E402
-from scripts.deploy.permissions import ACTIONS, all_actions, check_permissions, policy_json  # noqa: E402
-from scripts.deploy.preflight import Report, check_deployer_permissions  # noqa: E402
-from scripts.deploy.scaling import release_for_instance_type  # noqa: E402
-from scripts.deploy.smoke import SmokeFailure, check_trial, endpoint_health, is_gpu_instance, smoke_runtime  # noqa: E402
-
 ACCOUNT = "123456789012"
 REGION = "us-east-1"
 MODEL_ID = "us.anthropic.claude-3-5-haiku-20241022-v1:0"

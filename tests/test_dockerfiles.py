@@ -47,3 +47,19 @@ def test_base_images_take_a_digest_and_uv_is_installed_by_hash(dockerfile: Path)
 
 def test_tts_image_listens_beyond_loopback_explicitly() -> None:
     assert "ENV HOST=0.0.0.0" in (REPO / "container" / "Dockerfile").read_text()  # serve defaults to 127.0.0.1
+
+
+IMAGES = {"container/Dockerfile": "container/kokoro_tts", "agent/Dockerfile": "agent/voice_agent"}
+
+
+@pytest.mark.parametrize("dockerfile", sorted(IMAGES))
+def test_each_image_copies_only_what_it_runs(dockerfile: str) -> None:
+    """The client package and the image's own package; never the other image's, never the dev tools."""
+    copied = {
+        line.split()[1]
+        for line in (REPO / dockerfile).read_text().splitlines()
+        if line.startswith("COPY ") and "--from" not in line
+    }
+    packages = {path for path in copied if (REPO / path).is_dir()}
+    assert packages == {"container/kokoro_client", IMAGES[dockerfile]}
+    assert not {path for path in copied if path.startswith(("scripts", "tests"))}

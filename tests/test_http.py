@@ -11,7 +11,8 @@ import av
 import httpx
 import numpy as np
 import pytest
-from support.speech import transcribe, word_errors
+
+from scripts.speech import transcribe, word_errors
 
 FOUR_SENTENCES = (
     "Thanks for reaching out about your order. I checked our system and it shipped this morning. "

@@ -8,14 +8,11 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from conftest import REPO
 
-if str(REPO) not in sys.path:  # scripts/ is a folder of the repository, not an installed package
-    sys.path.insert(0, str(REPO))
 from scripts.bench.__main__ import RESULTS, default_out, main, overwrites_full_run
 
 PREREQS = REPO / "scripts" / "check_prerequisites.sh"

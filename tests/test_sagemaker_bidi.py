@@ -23,25 +23,26 @@ from typing import Any
 import httpx
 import pytest
 from aws_sdk_sagemaker_runtime_http2.models import ResponsePayloadPart
-from smithy_aws_core.identity import AWSCredentialsIdentity, StaticCredentialsResolver
-from smithy_aws_event_stream.events import Event
-from support.ws_client import Transcript
-from voice_agent.sagemaker_standin import StandIn, serving, write_self_signed
-from voice_agent.transports.base import (
+from kokoro_client.sagemaker_bidi import (
+    SageMakerBidiSession,
+    SageMakerBidiTransport,
+    event_from_payload_part,
+)
+from kokoro_client.session import (
     AudioEvent,
     ControlEvent,
     SessionOptions,
     TTSEvent,
     TTSTransportError,
 )
-from voice_agent.transports.sagemaker_bidi import (
-    SageMakerBidiSession,
-    SageMakerBidiTransport,
-    event_from_payload_part,
-)
+from smithy_aws_core.identity import AWSCredentialsIdentity, StaticCredentialsResolver
+from smithy_aws_event_stream.events import Event
+from support.ws_client import Transcript
 from websockets.asyncio.server import ServerConnection
 from websockets.asyncio.server import serve as ws_serve
 from websockets.exceptions import ConnectionClosed
+
+from scripts.sagemaker_standin import StandIn, serving, write_self_signed
 
 SENTENCES = ["The weather is nice today.", "Please call me back.", "She opened the door."]
 CREDENTIALS = StaticCredentialsResolver(

@@ -14,8 +14,9 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import free_port
 from websockets.asyncio.client import connect
+
+from scripts.servers import ServerExited, ServerNotReady, free_port, wait_ready
 
 LONG_REPLY = " ".join(f"This is sentence number {n} of a long reply that keeps every core busy." for n in range(1, 9))
 
@@ -32,13 +33,10 @@ def served(model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterato
     process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
     statuses: list[int] = []
-    deadline = time.monotonic() + 180
-    while time.monotonic() < deadline and 200 not in statuses:
-        try:
-            statuses.append(httpx.get(f"{base}/ping", timeout=2).status_code)
-        except httpx.TransportError:
-            pass
-        time.sleep(0.1)
+    try:
+        wait_ready(base, process, poll_s=0.1, statuses=statuses)
+    except (ServerExited, ServerNotReady):
+        pass  # the test that reads `statuses` says what went wrong
     try:
         yield base, statuses
     finally:

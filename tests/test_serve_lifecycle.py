@@ -17,11 +17,12 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import free_port
 from kokoro_tts.serve import ENVIRONMENT
 from kokoro_tts.settings import Settings
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
+
+from scripts.servers import ServerExited, free_port, wait_ready
 
 SERVE = Path(os.environ.get("VIRTUAL_ENV", ".venv")) / "bin" / "serve"
 SENTENCE = "This sentence is long enough that each of its chunks keeps the worker busy for a moment or two."
@@ -113,15 +114,10 @@ def served(model_dir: Path) -> Iterator[tuple[subprocess.Popen[str], int]]:
     port = free_port()
     process = start({"KOKORO_MODEL_DIR": str(model_dir), "PORT": str(port), "KOKORO_SHUTDOWN_GRACE_S": str(GRACE_S)})
     try:
-        deadline = time.monotonic() + 180
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/ping", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert process.poll() is None, process.communicate()[0]
-            time.sleep(0.1)
+        try:
+            wait_ready(f"http://127.0.0.1:{port}", process, poll_s=0.1)
+        except ServerExited:
+            pytest.fail(process.communicate()[0])
         yield process, port
     finally:
         process.kill()

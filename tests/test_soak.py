@@ -3,14 +3,12 @@ bombs returns to its baseline, keeps /ping's p99 under 100 ms, and loses no acce
 
 from __future__ import annotations
 
-import sys
 from dataclasses import asdict
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
-import soak
+from scripts import soak
 
 
 @pytest.mark.slow

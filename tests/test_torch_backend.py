@@ -22,10 +22,11 @@ from kokoro_tts.backends.onnx import OnnxBackend
 from kokoro_tts.backends.torch import TorchBackend, load_kmodel, pick_device
 from kokoro_tts.phonemes import Phonemizer
 from kokoro_tts.voices import VoiceBank
-from kokoro_tts.weights.derive import UNRECOVERABLE, derive_torch, weight_norm_parts
 from kokoro_tts.weights.layout import DERIVED_TORCH, WeightLayout
 from support.listener import WhisperListener, word_error_rate
-from support.speech import resample_16k
+
+from scripts.speech import resample_16k
+from scripts.weights.derive import UNRECOVERABLE, derive_torch, weight_norm_parts
 
 pytestmark = pytest.mark.slow
 

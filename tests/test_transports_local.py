@@ -16,10 +16,10 @@ import numpy as np
 import pytest
 from agent_fixtures import FakeSource
 from botocore.exceptions import ClientError, EventStreamError
-from conftest import free_port
-from support.speech import rms
-from voice_agent.pipeline import PipelineOptions, run_bidi
-from voice_agent.transports.base import (
+from kokoro_client.http_batch import HTTPBatchTTS
+from kokoro_client.local_ws import LocalWSTransport, ws_url
+from kokoro_client.sagemaker_batch import SageMakerBatchTTS
+from kokoro_client.session import (
     AudioEvent,
     ControlEvent,
     SessionOptions,
@@ -27,10 +27,11 @@ from voice_agent.transports.base import (
     TTSTransportError,
     classify_chunk,
 )
-from voice_agent.transports.http_batch import HTTPBatchTTS
-from voice_agent.transports.local_ws import LocalWSTransport, ws_url
-from voice_agent.transports.sagemaker_batch import SageMakerBatchTTS
+from voice_agent.pipeline import PipelineOptions, run_bidi
 from websockets.asyncio.server import ServerConnection, serve
+
+from scripts.servers import free_port
+from scripts.speech import rms
 
 # 16-bit PCM whose first sample is 0x227b: its first byte is "{". The second one is valid JSON as a whole.
 PCM_LEADING_BRACE = np.array([0x227B, -1200, 3000, -5], dtype="<i2").tobytes()

@@ -1,4 +1,4 @@
-"""kokoro_tts.weights: the mirror end to end (real packages, real npm), local and S3 copies, push, errors."""
+"""scripts.weights: the mirror end to end (real packages, real npm), local and S3 copies, push, errors."""
 
 from __future__ import annotations
 
@@ -18,7 +18,10 @@ import boto3
 import huggingface_hub.constants
 import numpy as np
 import pytest
-from kokoro_tts.weights import (
+from kokoro_tts.weights.layout import VOCAB_SIZE, VOICE_BYTES, VOICE_NAMES
+from moto import mock_aws
+
+from scripts.weights import (
     AllSourcesFailed,
     ChecksumMismatch,
     HubSource,
@@ -30,12 +33,10 @@ from kokoro_tts.weights import (
     WeightLayout,
     fetch_weights,
 )
-from kokoro_tts.weights.cli import main
-from kokoro_tts.weights.layout import VOCAB_SIZE, VOICE_BYTES, VOICE_NAMES
-from kokoro_tts.weights.s3sync import S3Source, push
-from kokoro_tts.weights.sources import MIRROR_ONNX, PACKAGED_CONFIG, extract_voices, packaged_config
-from kokoro_tts.weights.transfer import LayoutWriter, progress_bar
-from moto import mock_aws
+from scripts.weights.cli import main
+from scripts.weights.s3sync import S3Source, push
+from scripts.weights.sources import MIRROR_ONNX, PACKAGED_CONFIG, extract_voices, packaged_config
+from scripts.weights.transfer import LayoutWriter, progress_bar
 
 FILES = 2 + len(VOICE_NAMES)  # config.json, kokoro.onnx, the voices
 

@@ -7,10 +7,11 @@ import json
 from typing import Any
 
 import pytest
-from support.speech import rms, transcribe, word_errors
 from support.ws_client import Transcript, completes, receive_until
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
+
+from scripts.speech import rms, transcribe, word_errors
 
 SENTENCES = [
     "The weather is nice today.",

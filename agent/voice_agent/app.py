@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from bedrock_agentcore.runtime import BedrockAgentCoreApp
+from kokoro_client.audio import FORMAT_NAMES, MAX_SPEED, MIN_SPEED
+from kokoro_client.session import BatchTTS, SessionOptions, TTSTransport
 from starlette.middleware import Middleware
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -28,14 +30,12 @@ from .events import ErrorCode, Event, Events
 from .models import BuiltModel, ModelUnavailable, build_model
 from .pipeline import PipelineOptions, TextSource, run_batch, run_bidi
 from .settings import AgentSettings
-from .transports.base import BatchTTS, SessionOptions, TTSTransport
 
 log = logging.getLogger(__name__)
 
 MODES = ("bidi", "batch")
 # A prompt is at most max_prompt_chars (8,000 by default): a body of 1 MiB is generous, and is all that is read.
 MAX_BODY_BYTES = 1024 * 1024
-FORMATS = ("pcm", "wav", "mp3", "opus", "aac")
 
 ModelFactory = Callable[[str | None], BuiltModel]
 
@@ -78,11 +78,13 @@ def parse_request(payload: object, settings: AgentSettings) -> VoiceRequest:
     if mode not in MODES:
         raise RequestError(ErrorCode.UNKNOWN_MODE, f"'mode' must be one of {', '.join(MODES)}, not {mode!r}")
     speed = payload.get("speed", settings.speed)
-    if speed is not None and (isinstance(speed, bool) or not isinstance(speed, int | float) or not 0.5 <= speed <= 2):
-        raise RequestError(ErrorCode.INVALID_SPEED, "'speed' must be a number from 0.5 to 2.0")
+    if speed is not None and (
+        isinstance(speed, bool) or not isinstance(speed, int | float) or not MIN_SPEED <= speed <= MAX_SPEED
+    ):
+        raise RequestError(ErrorCode.INVALID_SPEED, f"'speed' must be a number from {MIN_SPEED} to {MAX_SPEED}")
     fmt = payload.get("format", "pcm")
-    if fmt not in FORMATS:
-        raise RequestError(ErrorCode.INVALID_REQUEST, f"'format' must be one of {', '.join(FORMATS)}")
+    if fmt not in FORMAT_NAMES:
+        raise RequestError(ErrorCode.INVALID_REQUEST, f"'format' must be one of {', '.join(FORMAT_NAMES)}")
     return VoiceRequest(
         prompt=prompt.strip(),
         mode=mode,
@@ -108,16 +110,16 @@ def agent_text(agent: Agent, prompt: str) -> TextSource:
 def make_tts(settings: AgentSettings) -> tuple[TTSTransport, BatchTTS]:
     """The session transport (bidi) and the batch transport, for a local server or a SageMaker endpoint."""
     if settings.tts_endpoint_name:
-        from .transports.sagemaker_batch import SageMakerBatchTTS
-        from .transports.sagemaker_bidi import SageMakerBidiTransport
+        from kokoro_client.sagemaker_batch import SageMakerBatchTTS
+        from kokoro_client.sagemaker_bidi import SageMakerBidiTransport
 
         region = settings.aws_region or _default_region()
         return (
             SageMakerBidiTransport(settings.tts_endpoint_name, region),
             SageMakerBatchTTS(settings.tts_endpoint_name, region_name=region),
         )
-    from .transports.http_batch import HTTPBatchTTS
-    from .transports.local_ws import LocalWSTransport
+    from kokoro_client.http_batch import HTTPBatchTTS
+    from kokoro_client.local_ws import LocalWSTransport
 
     return (
         LocalWSTransport(settings.tts_url, open_timeout_s=settings.tts_connect_timeout_s),

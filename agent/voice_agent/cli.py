@@ -31,6 +31,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kokoro_client.audio import SAMPLE_RATE
+
 from .settings import ENVIRONMENT, AgentSettings
 from .sse import SSEDecoder, post_sse
 
@@ -46,7 +48,7 @@ class Trial:
     first_audio_s: float | None = None  # client side: request sent → first audio_chunk
     total_s: float = 0.0
     pcm: bytearray = field(default_factory=bytearray)
-    sample_rate: int = 24_000
+    sample_rate: int = SAMPLE_RATE
     audio_format: str = "pcm"
     arrivals: list[tuple[float, int]] = field(default_factory=list)  # per audio_chunk: (s since sent, offset in pcm)
 
@@ -107,8 +109,7 @@ def url_invoker(url: str, *, timeout_s: float = 120.0) -> Invoker:
 def arn_invoker(arn: str, *, region: str | None = None, qualifier: str | None = None) -> Invoker:
     """A deployed AgentCore runtime, through boto3's bedrock-agentcore InvokeAgentRuntime (a streamed SSE body)."""
     import boto3
-
-    from .transports.sagemaker_batch import aiter_blocking
+    from kokoro_client.sagemaker_batch import aiter_blocking
 
     # The runtime's region is in its ARN: arn:aws:bedrock-agentcore:REGION:ACCOUNT:runtime/NAME
     region = region or (arn.split(":")[3] if arn.count(":") >= 5 else None)
@@ -184,7 +185,7 @@ def write_heard(out: Path, trials: list[Trial]) -> list[str]:
     """OUT/demo-<mode>.wav (the last good trial of each mode, as heard) and, with both modes, OUT/demo-compare.wav:
     bidi, a pause, then batch, each starting with a beep at the moment its request was sent. One after the other,
     not left and right: a phone or laptop speaker mixes stereo into two voices talking at once."""
-    lines, heard, rate = [], {}, 24_000
+    lines, heard, rate = [], {}, SAMPLE_RATE
     for mode in ("bidi", "batch"):
         good = [t for t in trials if t.mode == mode and not t.error and t.audio_format == "pcm" and t.pcm]
         if not good:

@@ -1,4 +1,4 @@
-"""python -m scripts.deploy SUBCOMMAND: the steps of scripts/deploy.sh and scripts/destroy.sh that talk to AWS.
+"""python -m scripts.deploy SUBCOMMAND: the steps of scripts/deploy/deploy.sh and destroy.sh that talk to AWS.
 
   preflight [--destroy]   check everything the deploy (or destroy) needs; exit 2 with one message listing the gaps
   region                  the region to deploy to (AWS_REGION, AWS_DEFAULT_REGION, the shared state, the profile)

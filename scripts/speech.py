@@ -1,4 +1,7 @@
-"""Proof that audio is speech: pocketsphinx (offline, on PyPI) transcribes it, and we score the word error rate."""
+"""Proof that audio is speech: pocketsphinx (offline, on PyPI) transcribes it, and we score the word error rate.
+
+Shared by the benchmark (the transport section scores each format) and the tests.
+"""
 
 from __future__ import annotations
 

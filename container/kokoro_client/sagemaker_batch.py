@@ -15,8 +15,8 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError, EventStreamError
 
-from .base import SessionOptions, TTSTransportError
 from .http_batch import request_body
+from .session import SessionOptions, TTSTransportError
 
 _END = object()
 

@@ -17,7 +17,7 @@
 set -euo pipefail
 shopt -s inherit_errexit # a failing command inside $(...) fails the script too
 
-REPO=$(cd "$(dirname "$0")/.." && pwd)
+REPO=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$REPO"
 
 export INSTANCE_TYPE=${INSTANCE_TYPE:-ml.g5.xlarge} MIN_INSTANCES=${MIN_INSTANCES:-1} MAX_INSTANCES=${MAX_INSTANCES:-2}
@@ -44,7 +44,7 @@ echo "  region $REGION, image tag $TAG, instance type $INSTANCE_TYPE ($MIN_INSTA
 if [ "$WEIGHTS_SOURCE" = hf ]; then
   # Before anything in AWS changes: a Hub that cannot be reached stops the deploy here.
   step "weights: fetch from Hugging Face into $WEIGHTS_DIR"
-  "$PY" -m kokoro_tts.weights fetch --dest "$WEIGHTS_DIR" --source hf --with-torch
+  "$PY" -m scripts.weights fetch --dest "$WEIGHTS_DIR" --source hf --with-torch
 fi
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -59,7 +59,7 @@ AGENT_REPO=$(shared_out agent_repository_url)
 
 # ---------------------------------------------------------------------------------------------------------------
 step "weights: push $WEIGHTS_DIR to $WEIGHTS_S3_URI"
-"$PY" -m kokoro_tts.weights push --dest "$WEIGHTS_DIR" --to "$WEIGHTS_S3_URI"
+"$PY" -m scripts.weights push --dest "$WEIGHTS_DIR" --to "$WEIGHTS_S3_URI"
 
 # ---------------------------------------------------------------------------------------------------------------
 step "images: build and push (tag $TAG)"

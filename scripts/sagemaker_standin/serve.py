@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -11,6 +10,8 @@ from pathlib import Path
 
 from hypercorn.asyncio import serve
 from hypercorn.config import Config
+
+from scripts.servers import free_port
 
 from .app import StandIn
 
@@ -40,7 +41,7 @@ async def serving(
     port: int = 0,
 ) -> AsyncIterator[RunningStandIn]:
     """Serve ``app`` over HTTPS in this event loop until the block ends; ``port=0`` picks a free one."""
-    port = port or _free_port(host)
+    port = port or free_port(host)
     stop = asyncio.Event()
     task = asyncio.create_task(
         serve(app, hypercorn_config(host, port, certfile, keyfile), shutdown_trigger=stop.wait, mode="asgi")  # type: ignore[arg-type]
@@ -55,12 +56,6 @@ async def serving(
             await asyncio.wait_for(task, 10)
         except TimeoutError:
             task.cancel()
-
-
-def _free_port(host: str) -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
 
 
 async def _wait_listening(host: str, port: int, server: asyncio.Task[None]) -> None:

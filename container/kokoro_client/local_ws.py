@@ -13,7 +13,7 @@ from typing import Any
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, ConnectionClosedOK, InvalidStatus
 
-from .base import AudioEvent, SessionOptions, TTSEvent, TTSTransportError, classify_chunk
+from .session import AudioEvent, SessionOptions, TTSEvent, TTSTransportError, classify_chunk
 
 WS_PATH = "/invocations-bidirectional-stream"
 

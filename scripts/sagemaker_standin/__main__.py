@@ -1,4 +1,4 @@
-"""python -m voice_agent.sagemaker_standin --tts-url ws://127.0.0.1:8080 --port 8443"""
+"""python -m scripts.sagemaker_standin --tts-url ws://127.0.0.1:8080 --port 8443"""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from .tls import write_self_signed
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m voice_agent.sagemaker_standin", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m scripts.sagemaker_standin", description=__doc__)
     parser.add_argument("--tts-url", default="ws://127.0.0.1:8080", help="the container's base WebSocket URL")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8443)

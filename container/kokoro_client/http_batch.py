@@ -13,7 +13,7 @@ from typing import Any
 
 import httpx
 
-from .base import SessionOptions, TTSTransportError
+from .session import SessionOptions, TTSTransportError
 
 
 def request_body(text: str, options: SessionOptions) -> dict[str, Any]:

@@ -20,7 +20,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import IO, Protocol
 
-from .layout import (
+from kokoro_tts.weights.layout import (
     CONFIG,
     ONNX,
     TORCH,
@@ -32,6 +32,7 @@ from .layout import (
     WeightLayout,
     hash_file,
 )
+
 from .transfer import LayoutWriter
 
 
@@ -66,7 +67,7 @@ PACKAGED_CONFIG = FileEntry("5abb01e2403b072bf03d04fde160443e209d7a0dad49a423be1
 
 
 def packaged_config() -> Path:
-    path = Path(str(importlib.resources.files("kokoro_tts").joinpath("data", "kokoro_config.json")))
+    path = Path(str(importlib.resources.files("scripts.weights").joinpath("data", "kokoro_config.json")))
     if not path.is_file():
         raise SourceError(f"the packaged config is missing ({path})")
     return path

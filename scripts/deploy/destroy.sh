@@ -11,7 +11,7 @@
 set -euo pipefail
 shopt -s inherit_errexit # a failing command inside $(...) fails the script too
 
-REPO=$(cd "$(dirname "$0")/.." && pwd)
+REPO=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$REPO"
 
 DESTROY_SHARED=${DESTROY_SHARED:-0}

@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any
 import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
+from kokoro_tts.weights.layout import MANIFEST, TORCH, LayoutError, Manifest, WeightLayout
 
-from .layout import MANIFEST, TORCH, LayoutError, Manifest, WeightLayout
 from .sources import SourceError
 from .transfer import LayoutWriter, progress_bar
 

@@ -1,22 +1,18 @@
-"""Run the seed chunker and ours on the table of cases in tests/test_chunker.py; print a markdown table.
+"""Run the seed chunker and ours on the table of cases (cases.py); print a markdown table.
 
-    .venv/bin/python scripts/compare_chunkers.py
+    .venv/bin/python -m scripts.chunkers
 
 Each text is fed per token (a word with its leading space, punctuation apart), as an LLM streams it.
 """
 
 from __future__ import annotations
 
-import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the table lives in tests/
+from kokoro_client.chunker import IncrementalSentenceChunker
 
-from voice_agent.chunker import IncrementalSentenceChunker
-from voice_agent.seed_chunker import SeedSentenceChunker
-
-from tests.test_chunker import CASES, Chunker, per_token, run_chunker
+from .cases import CASES, Chunker, per_token, run_chunker
+from .seed import SeedSentenceChunker
 
 
 def cell(chunks: list[str]) -> str:

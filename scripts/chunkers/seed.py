@@ -1,8 +1,8 @@
-"""The seed's sentence chunker, kept unchanged as the baseline `scripts/compare_chunkers.py` measures.
+"""The seed's sentence chunker, kept unchanged as the baseline `python -m scripts.chunkers` measures.
 
 Do not use it: it splits "Dr. Smith" and "U.S. Army", never splits Chinese or Japanese,
 ignores line breaks and parts a closing quote from its sentence.
-Use `voice_agent.chunker.IncrementalSentenceChunker`.
+Use `kokoro_client.chunker.IncrementalSentenceChunker`.
 """
 
 from __future__ import annotations

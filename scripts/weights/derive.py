@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from kokoro_tts.weights.layout import DERIVED_TORCH, MANIFEST, LayoutError, Manifest, WeightLayout, hash_file
 
-from .layout import DERIVED_TORCH, MANIFEST, LayoutError, Manifest, WeightLayout, hash_file
 from .transfer import write_atomic
 
 if TYPE_CHECKING:

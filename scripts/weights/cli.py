@@ -1,4 +1,4 @@
-"""kokoro-weights fetch | verify | push | derive-torch: the Kokoro-82M weights in one on-disk layout."""
+"""python -m scripts.weights fetch | verify | push | derive-torch: the Kokoro-82M weights in one on-disk layout."""
 
 from __future__ import annotations
 
@@ -8,15 +8,16 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from kokoro_tts.weights.layout import LayoutError, WeightLayout
+
 from .fetch import SOURCE_ENV, AllSourcesFailed, default_sources, fetch_weights, make_source
-from .layout import LayoutError, WeightLayout
 from .transfer import progress_bar
 
 DEFAULT_DEST = "models/kokoro"
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="kokoro-weights", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m scripts.weights", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     dest = os.environ.get("KOKORO_MODEL_DIR") or DEFAULT_DEST
 

@@ -11,7 +11,10 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Protocol
+
+from .protocol import ServerFrame, server_frame
 
 
 @dataclass(frozen=True)
@@ -30,6 +33,11 @@ class ControlEvent:
     @property
     def type(self) -> str:
         return str(self.message.get("type", ""))
+
+    @cached_property
+    def frame(self) -> ServerFrame:
+        """The message as a typed frame (``TTSError`` if it is not one of the protocol's)."""
+        return server_frame(self.message)
 
 
 TTSEvent = AudioEvent | ControlEvent

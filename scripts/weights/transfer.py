@@ -10,9 +10,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Never
 
+from kokoro_tts.weights.layout import ChecksumMismatch, FileEntry, hash_file, read_chunks
 from tqdm import tqdm
-
-from .layout import ChecksumMismatch, FileEntry, hash_file, read_chunks
 
 
 def progress_bar(desc: str, quiet: bool = False, total: int | None = None) -> tqdm[Never]:

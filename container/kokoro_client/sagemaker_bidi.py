@@ -42,8 +42,8 @@ from smithy_core.interceptors import Interceptor, RequestContext, ResponseContex
 from smithy_http.aio.crt import AWSCRTHTTPClient, AWSCRTHTTPClientConfig
 from smithy_http.aio.interfaces import HTTPRequest, HTTPResponse
 
-from ..aws_credentials import Boto3CredentialsResolver
-from .base import (
+from .aws_credentials import Boto3CredentialsResolver
+from .session import (
     AudioEvent,
     SessionOptions,
     TTSEvent,

@@ -10,7 +10,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from .layout import MANIFEST, LayoutError, Manifest, WeightLayout, check_structure
+from kokoro_tts.weights.layout import MANIFEST, LayoutError, Manifest, WeightLayout, check_structure
+
 from .sources import HubSource, LocalSource, MirrorSource, Source, SourceError
 from .transfer import LayoutWriter, progress_bar, write_atomic
 
