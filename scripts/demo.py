@@ -23,8 +23,8 @@ import sys
 from pathlib import Path
 
 import httpx
-from voice_agent.cli import DEFAULT_PROMPT, Invoker, Trial, collect, report, url_invoker
 
+from scripts.agent_client import DEFAULT_PROMPT, Invoker, Trial, collect, report, url_invoker
 from scripts.servers import ServerExited, ServerNotReady, free_port, started, wait_ready
 
 REPO = Path(__file__).resolve().parent.parent

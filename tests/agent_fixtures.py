@@ -18,9 +18,9 @@ from voice_agent.events import Event
 from voice_agent.models import BuiltModel
 from voice_agent.scripted_model import SIMULATED_NAME, ScriptedModel
 from voice_agent.settings import AgentSettings
-from voice_agent.sse import post_sse
 
 from scripts.servers import free_port
+from scripts.sse import post_sse
 
 # Four short sentences, slow tokens: the LLM takes ~5.8 s, far longer than the first sentence's synthesis
 # (0.7 s on two cores, 2-3 s when they are busy with other work), while the audio stays short (~6 s).

@@ -26,9 +26,9 @@ from agent_fixtures import (
 )
 from voice_agent.events import Event
 from voice_agent.scripted_model import SIMULATED_NAME
-from voice_agent.sse import post_sse
 
 from scripts.speech import rms, transcribe, word_errors
+from scripts.sse import post_sse
 
 pytestmark = pytest.mark.slow
 

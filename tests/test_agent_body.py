@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 from agent_fixtures import AgentServer, agent_settings, make_model
-from voice_agent.app import MAX_BODY_BYTES
+from voice_agent.request import MAX_BODY_BYTES
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,8 @@ import httpx
 import pytest
 from agent_fixtures import FAST, AgentServer, FakeBatch, FakeTTS, agent_settings, make_model
 from conftest import REPO
-from voice_agent import cli
+
+from scripts import agent_client as cli
 
 RATE = 24_000
 
@@ -56,7 +57,7 @@ def test_demo_wavs_start_when_the_request_was_sent(tmp_path: Path, capsys: pytes
     fake = AgentServer(agent_settings("http://unused"), make_model(**FAST), transport=FakeTTS(), batch=FakeBatch())
     with fake.running() as agent:
         with pytest.raises(SystemExit) as exited:
-            cli.main(["demo", "--url", agent.url, "--out", str(tmp_path), "--prompt", "Hi"])
+            cli.main(["--url", agent.url, "--out", str(tmp_path), "--prompt", "Hi"])
     out = capsys.readouterr().out
     assert exited.value.code == 0, out
     waits = {}

@@ -10,7 +10,8 @@ from typing import Any
 from bedrock_agentcore.runtime import BedrockAgentCoreApp
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from voice_agent.sse import SSEDecoder, iter_sse_json
+
+from scripts.sse import SSEDecoder, iter_sse_json
 
 _APP = BedrockAgentCoreApp()
 

@@ -140,7 +140,7 @@ async def run_runtime_deployed(deployment: Deployment, trials: int, *, prompt: s
     if not deployment.agent_runtime_arn:
         reason = "no agent_runtime_arn output (enable_runtime_outputs is false?)"
         return Section(f"not measured: {reason}", {"measured": False, "reason": reason})
-    from voice_agent.cli import arn_invoker, run_trial
+    from scripts.agent_client import arn_invoker, run_trial
 
     invoke = arn_invoker(deployment.agent_runtime_arn)
     warm = await run_trial(invoke, {"prompt": prompt, "mode": "bidi"})  # a cold runtime, the first Bedrock call

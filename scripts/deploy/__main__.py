@@ -280,7 +280,7 @@ def cmd_outputs(args: argparse.Namespace) -> int:
     print(f"SageMaker endpoint:   {outputs['endpoint_name']}  ({outputs['endpoint_arn']})")
     print(f"AgentCore runtime:    {runtime}")
     if outputs.get("agent_runtime_arn"):
-        print(f"Talk to it:           .venv/bin/voice-agent demo --arn {runtime} --region {region}")
+        print(f"Talk to it:           .venv/bin/python -m scripts.agent_client --arn {runtime} --region {region}")
     return 0
 
 

@@ -297,7 +297,7 @@ async def smoke_runtime(
     log: Callable[[str], Any] = print,
 ) -> RuntimeResult:
     """One reply in mode bidi through the deployed runtime; a failed invocation (a cold runtime) is tried again."""
-    from voice_agent.cli import arn_invoker, run_trial
+    from scripts.agent_client import arn_invoker, run_trial
 
     invoke = arn_invoker(runtime_arn, qualifier=qualifier)
     for attempt in range(1, attempts + 1):

@@ -1,5 +1,5 @@
-"""`voice-agent demo` (against a URL, and against an AgentCore ARN through a stand-in boto3 client), and the
-request checks, with stand-in TTS transports: no model needed."""
+"""`python -m scripts.agent_client` (against a URL, and against an AgentCore ARN through a stand-in boto3 client),
+with stand-in TTS transports: no model needed."""
 
 from __future__ import annotations
 
@@ -12,9 +12,8 @@ from typing import Any
 import boto3
 import pytest
 from agent_fixtures import FAST, AgentServer, FakeBatch, FakeTTS, agent_settings, make_model
-from voice_agent import cli
-from voice_agent.app import RequestError, parse_request
-from voice_agent.settings import AgentSettings
+
+from scripts import agent_client as cli
 
 
 def test_demo_against_a_url_prints_both_modes_and_the_ratio_and_writes_wavs(
@@ -23,7 +22,7 @@ def test_demo_against_a_url_prints_both_modes_and_the_ratio_and_writes_wavs(
     fake = AgentServer(agent_settings("http://unused"), make_model(**FAST), transport=FakeTTS(), batch=FakeBatch())
     with fake.running() as agent:
         with pytest.raises(SystemExit) as exited:
-            cli.main(["demo", "--url", agent.url, "--trials", "2", "--out", str(tmp_path), "--prompt", "Hi"])
+            cli.main(["--url", agent.url, "--trials", "2", "--out", str(tmp_path), "--prompt", "Hi"])
     out = capsys.readouterr().out
     assert exited.value.code == 0, out
     assert "model: scripted (simulated LLM: it ignores the prompt)" in out
@@ -41,7 +40,7 @@ def test_demo_reports_errors_and_exits_nonzero(capsys: pytest.CaptureFixture[str
     fake = AgentServer(agent_settings("http://unused"), make_model(**FAST), transport=down, batch=FakeBatch())
     with fake.running() as agent:
         with pytest.raises(SystemExit) as exited:
-            cli.main(["demo", "--url", agent.url, "--mode", "bidi"])
+            cli.main(["--url", agent.url, "--mode", "bidi"])
     assert exited.value.code == 1
     assert "ERROR tts_unavailable" in capsys.readouterr().out
 
@@ -99,52 +98,3 @@ def test_botocore_knows_invoke_agent_runtime() -> None:
     keys = {"aws_access_key_id": "x", "aws_secret_access_key": "y"}
     client = boto3.client("bedrock-agentcore", region_name="us-east-1", **keys)  # type: ignore[call-overload]
     assert hasattr(client, "invoke_agent_runtime")
-
-
-@pytest.mark.parametrize(
-    ("payload", "code"),
-    [
-        (None, "invalid_request"),
-        ({"prompt": ""}, "empty_prompt"),
-        ({"prompt": "x" * 9000}, "prompt_too_long"),
-        ({"prompt": "Hi", "mode": "BIDI"}, "unknown_mode"),
-        ({"prompt": "Hi", "speed": True}, "invalid_speed"),
-        ({"prompt": "Hi", "speed": 0.4}, "invalid_speed"),
-        ({"prompt": "Hi", "voice": 3}, "invalid_request"),
-        ({"prompt": "Hi", "format": "flac"}, "invalid_request"),
-    ],
-)
-def test_bad_requests(payload: Any, code: str) -> None:
-    with pytest.raises(RequestError) as caught:
-        parse_request(payload, AgentSettings())
-    assert caught.value.code == code
-
-
-def test_a_good_request_with_defaults_from_the_settings() -> None:
-    settings = AgentSettings(voice="af_bella", speed=1.1)
-    request = parse_request({"prompt": "  Hi  ", "mode": "batch"}, settings)
-    assert (request.prompt, request.mode, request.voice, request.speed, request.format) == (
-        "Hi",
-        "batch",
-        "af_bella",
-        1.1,
-        "pcm",
-    )
-    assert parse_request({"prompt": "Hi", "voice": "am_adam", "speed": 2}, settings).voice == "am_adam"
-
-
-def test_the_tts_transports_follow_the_settings(monkeypatch: pytest.MonkeyPatch) -> None:
-    from kokoro_client.http_batch import HTTPBatchTTS
-    from kokoro_client.local_ws import LocalWSTransport
-    from kokoro_client.sagemaker_batch import SageMakerBatchTTS
-    from kokoro_client.sagemaker_bidi import SageMakerBidiTransport
-    from voice_agent.app import make_tts
-
-    local = make_tts(AgentSettings(tts_url="http://tts:9000", tts_endpoint_name=None))
-    assert isinstance(local[0], LocalWSTransport) and local[0].url == "ws://tts:9000/invocations-bidirectional-stream"
-    assert isinstance(local[1], HTTPBatchTTS) and local[1].url == "http://tts:9000/invocations"
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "x")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "y")
-    remote = make_tts(AgentSettings(tts_endpoint_name="kokoro", aws_region="eu-west-1"))
-    assert isinstance(remote[0], SageMakerBidiTransport) and remote[0].endpoint_name == "kokoro"
-    assert isinstance(remote[1], SageMakerBatchTTS) and remote[1].endpoint_name == "kokoro"
