@@ -1,6 +1,6 @@
 """The chunker's table of cases: what a stream of LLM text must become, sentence by sentence.
 
-Shared by tests/test_chunker.py (ours must pass every case) and ``python -m scripts.chunkers`` (seed vs ours).
+Shared by tests/client/test_chunker.py (ours must pass every case) and ``python -m scripts.chunkers`` (seed vs ours).
 """
 
 from __future__ import annotations

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-from agent_fixtures import FAST, AgentServer, FakeBatch, FakeTTS, agent_settings, make_model
 from conftest import REPO
+from support.agent_fixtures import FAST, AgentServer, FakeBatch, FakeTTS, agent_settings, make_model
 
 from scripts import agent_client as cli
 

@@ -14,7 +14,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-from agent_fixtures import FakeSource
 from botocore.exceptions import ClientError, EventStreamError
 from kokoro_client.http_batch import HTTPBatchTTS
 from kokoro_client.local_ws import LocalWSTransport, ws_url
@@ -27,6 +26,7 @@ from kokoro_client.session import (
     TTSTransportError,
     classify_chunk,
 )
+from support.agent_fixtures import FakeSource
 from voice_agent.pipeline import PipelineOptions, run_bidi
 from websockets.asyncio.server import ServerConnection, serve
 

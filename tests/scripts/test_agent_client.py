@@ -11,7 +11,7 @@ from typing import Any
 
 import boto3
 import pytest
-from agent_fixtures import FAST, AgentServer, FakeBatch, FakeTTS, agent_settings, make_model
+from support.agent_fixtures import FAST, AgentServer, FakeBatch, FakeTTS, agent_settings, make_model
 
 from scripts import agent_client as cli
 

@@ -2,7 +2,7 @@
 agent app, the real TTS server and model, and the scripted LLM: each mode and both side by side play what they
 receive back to back, the timeline and first-audio figures render, and Stop cancels on the server.
 
-    .venv/bin/pytest -m browser tests/test_web_page.py
+    .venv/bin/pytest -m browser tests/agent/test_web_page.py
 
 Screenshots go to pytest's tmp dir and out/web/; set WEB_PAGE_SCREENSHOT=docs/img/web-demo.png to refresh the one
 in the docs (both modes side by side).
@@ -21,14 +21,14 @@ from typing import Any
 
 import httpx
 import pytest
-from agent_fixtures import TEST_REPLY, AgentServer, agent_settings, make_model
 from playwright.sync_api import Browser, ConsoleMessage, Page, Request, sync_playwright
 from starlette.testclient import TestClient
+from support.agent_fixtures import TEST_REPLY, AgentServer, agent_settings, make_model
 from voice_agent.app import create_app
 from voice_agent.scripted_model import DEFAULT_REPLY, ScriptedModel
 from voice_agent.web import ASSETS, HERE, is_loopback
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 OUT = REPO / "out" / "web"
 
 CHROMIUM_ARGS = [

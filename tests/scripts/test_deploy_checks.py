@@ -22,8 +22,8 @@ from typing import Any
 
 import boto3
 import pytest
-from agent_fixtures import FAST, agent_settings, make_model
 from moto import mock_aws
+from support.agent_fixtures import FAST, agent_settings, make_model
 from support.agentcore_standin import HealthStandin, deployed_agent, running
 from voice_agent.scripted_model import SIMULATED_NAME
 
@@ -35,7 +35,7 @@ from scripts.deploy.scaling import release_for_instance_type
 from scripts.deploy.smoke import SmokeFailure, check_trial, endpoint_health, is_gpu_instance, smoke_runtime
 from scripts.servers import free_port
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 ACCOUNT = "123456789012"
 REGION = "us-east-1"
 MODEL_ID = "us.anthropic.claude-3-5-haiku-20241022-v1:0"

@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 import numpy as np
 import pytest
-from agent_fixtures import (
+from support.agent_fixtures import (
     FAST,
     TEST_REPLY,
     AgentServer,

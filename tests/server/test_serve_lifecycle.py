@@ -51,7 +51,7 @@ def test_help_describes_every_option_and_environment_variable() -> None:
         assert name in result.stdout
     # Every setting read from the environment is listed.
     source = Path(Settings.__module__.replace(".", "/") + ".py")
-    text = (Path(__file__).resolve().parent.parent / "container" / source).read_text()
+    text = (Path(__file__).resolve().parents[2] / "container" / source).read_text()
     for name in (word.strip('"') for word in text.split() if word.startswith('"KOKORO_')):
         assert name.rstrip('",)') in result.stdout, name
 

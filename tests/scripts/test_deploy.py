@@ -27,18 +27,18 @@ from typing import Any
 import boto3
 import pytest
 import test_sagemaker_bidi as bidi
-from agent_fixtures import FAST, agent_settings, make_model
 from kokoro_client.session import AudioEvent, ControlEvent, TTSEvent
 from kokoro_tts.weights.layout import TORCH, VOICE_BYTES, VOICE_NAMES, Manifest, hash_file
 from moto import mock_aws
 from moto.server import ThreadedMotoServer
 from smithy_core.exceptions import SmithyIdentityError
+from support.agent_fixtures import FAST, agent_settings, make_model
 from websockets.asyncio.server import ServerConnection
 
 from scripts.servers import free_port
 from scripts.weights.sources import packaged_config
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 # scripts/ is not an installed package: deploy.sh runs `python -m scripts.deploy` from the repository root.
 sys.path.insert(0, str(REPO))
 from kokoro_client.aws_credentials import Boto3CredentialsResolver  # noqa: E402
@@ -60,7 +60,7 @@ from scripts.deploy.region import region_conflicts, resolve_region  # noqa: E402
 from scripts.deploy.smoke import SmokeFailure, check_events, run_smoke, smoke_endpoint  # noqa: E402
 from scripts.deploy.tfvars import DeploymentSettings, OutputsError, deployment_variables, load_outputs  # noqa: E402
 
-# The stand-in's fixtures and helpers, shared with its own tests (tests/test_sagemaker_bidi.py).
+# The stand-in's fixtures and helpers, shared with its own tests (tests/client/test_sagemaker_bidi.py).
 standin_certs = bidi.standin_certs
 certs = bidi.certs
 Certs = bidi.Certs

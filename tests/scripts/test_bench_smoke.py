@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 SECTIONS = ("isolated_tts", "end_to_end", "transport", "load", "peer")
 
 

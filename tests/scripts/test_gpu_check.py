@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def gpu_check(*args: str, model_dir: Path, timeout: float) -> subprocess.CompletedProcess[str]:

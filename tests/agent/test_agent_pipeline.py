@@ -7,8 +7,8 @@ import base64
 from typing import Any
 
 import pytest
-from agent_fixtures import FakeBatch, FakeSource, FakeTTS, index_of, types, wait_for
 from kokoro_client.session import TTSTransportError
+from support.agent_fixtures import FakeBatch, FakeSource, FakeTTS, index_of, types, wait_for
 from voice_agent.events import Event
 from voice_agent.pipeline import PipelineOptions, run_batch, run_bidi
 

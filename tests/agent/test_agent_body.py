@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
-from agent_fixtures import AgentServer, agent_settings, make_model
+from support.agent_fixtures import AgentServer, agent_settings, make_model
 from voice_agent.request import MAX_BODY_BYTES
 
 

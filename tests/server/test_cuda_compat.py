@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from kokoro_tts.backends.cuda_hosts import SAGEMAKER_INFERENCE_AMIS, host_of, runs
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 TORCH_LOCK = REPO / "container" / "requirements-torch.lock"
 ENDPOINT_VARIABLES = REPO / "terraform" / "modules" / "sagemaker_endpoint" / "variables.tf"
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 import voice_agent.app as agent_app
-from agent_fixtures import AgentServer, agent_settings, make_model, wait_for
+from support.agent_fixtures import AgentServer, agent_settings, make_model, wait_for
 
 from scripts.sse import post_sse
 
