@@ -9,12 +9,13 @@ import re
 
 import av
 import numpy as np
+from kokoro_client.audio import SAMPLE_RATE
 from pocketsphinx import Decoder
 
 _decoder: Decoder | None = None
 
 
-def resample_16k(pcm: np.ndarray, rate: int = 24_000) -> np.ndarray:
+def resample_16k(pcm: np.ndarray, rate: int = SAMPLE_RATE) -> np.ndarray:
     """int16 mono at ``rate`` → int16 mono at 16 kHz, through FFmpeg's resampler."""
     frame = av.AudioFrame.from_ndarray(pcm.astype(np.int16).reshape(1, -1), format="s16", layout="mono")
     frame.sample_rate = rate
@@ -23,7 +24,7 @@ def resample_16k(pcm: np.ndarray, rate: int = 24_000) -> np.ndarray:
     return np.concatenate(out) if out else np.zeros(0, np.int16)
 
 
-def transcribe(pcm: np.ndarray, rate: int = 24_000) -> str:
+def transcribe(pcm: np.ndarray, rate: int = SAMPLE_RATE) -> str:
     global _decoder
     if _decoder is None:
         _decoder = Decoder(samprate=16_000, loglevel="FATAL")

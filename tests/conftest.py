@@ -23,6 +23,8 @@ from starlette.applications import Starlette
 from scripts.servers import free_port, wait_ready
 
 REPO = Path(__file__).resolve().parent.parent
+# Fixtures shared across rooms, from tests/support: the SageMaker stand-in (client and scripts rooms).
+pytest_plugins = ["support.sagemaker"]
 
 
 @pytest.fixture(scope="session")

@@ -1,7 +1,7 @@
 """kokoro_client: the Kokoro TTS server's wire contract, and async clients that speak it.
 
-The ground floor of the project: the server (``kokoro_tts``) and the agent (``voice_agent``) both build on it and
-it imports neither. docs/protocol.md is the prose of these modules.
+The ground floor of the project: the TTS server (container/kokoro_tts) and the voice agent (agent/) both build on
+it, and it imports neither. docs/protocol.md is the prose of these modules.
 
 - ``protocol``: every message both ways as frozen dataclasses, ``encode``, ``parse_client_message``,
   ``parse_server_frame``, ``WS_PATH`` and the close codes.

@@ -13,9 +13,8 @@ from typing import Any
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, ConnectionClosedOK, InvalidStatus
 
+from .protocol import WS_PATH
 from .session import AudioEvent, SessionOptions, TTSEvent, TTSTransportError, classify_chunk
-
-WS_PATH = "/invocations-bidirectional-stream"
 
 
 def ws_url(base_url: str) -> str:

@@ -30,6 +30,7 @@ from aws_sdk_sagemaker_runtime_http2.models import (
     ResponseStreamEventModelStreamError,
     ResponseStreamEventPayloadPart,
 )
+from kokoro_client.protocol import WS_PATH
 from smithy_aws_event_stream.aio import AWSEventPublisher
 from smithy_aws_event_stream.events import Event, EventMessage
 from smithy_core.aio.types import AsyncBytesReader
@@ -46,7 +47,7 @@ Send = Callable[[Message], Awaitable[None]]
 
 _PATH = re.compile(r"^/endpoints/(?P<name>[^/]+)/invocations-bidirectional-stream$")
 _EVENT_STREAM = "application/vnd.amazon.eventstream"
-_DEFAULT_INVOCATION_PATH = "/invocations-bidirectional-stream"
+_DEFAULT_INVOCATION_PATH = WS_PATH
 _MAX_FRAME = 16 * 1024 * 1024  # an event's payload limit: no WebSocket frame the container sends is refused
 
 

@@ -26,29 +26,22 @@ from typing import Any
 
 import boto3
 import pytest
-import test_sagemaker_bidi as bidi
+from kokoro_client.aws_credentials import Boto3CredentialsResolver
 from kokoro_client.session import AudioEvent, ControlEvent, TTSEvent
 from kokoro_tts.weights.layout import TORCH, VOICE_BYTES, VOICE_NAMES, Manifest, hash_file
 from moto import mock_aws
 from moto.server import ThreadedMotoServer
 from smithy_core.exceptions import SmithyIdentityError
 from support.agent_fixtures import FAST, agent_settings, make_model
+from support.agentcore_standin import HealthStandin, deployed_agent, running
+from support.sagemaker import Certs, ScriptedContainer, sagemaker, scripted
 from websockets.asyncio.server import ServerConnection
 
-from scripts.servers import free_port
-from scripts.weights.sources import packaged_config
-
-REPO = Path(__file__).resolve().parents[2]
-# scripts/ is not an installed package: deploy.sh runs `python -m scripts.deploy` from the repository root.
-sys.path.insert(0, str(REPO))
-from kokoro_client.aws_credentials import Boto3CredentialsResolver  # noqa: E402
-from support.agentcore_standin import HealthStandin, deployed_agent, running  # noqa: E402
-
-from scripts.deploy.__main__ import main  # noqa: E402
-from scripts.deploy.ecr import EcrError, Repository, docker_login, image_digest  # noqa: E402
-from scripts.deploy.endpoint import EndpointError, wait_in_service  # noqa: E402
-from scripts.deploy.gitrev import image_tag  # noqa: E402
-from scripts.deploy.preflight import (  # noqa: E402
+from scripts.deploy.__main__ import main
+from scripts.deploy.ecr import EcrError, Repository, docker_login, image_digest
+from scripts.deploy.endpoint import EndpointError, wait_in_service
+from scripts.deploy.gitrev import image_tag
+from scripts.deploy.preflight import (
     DeployInputs,
     Report,
     builder_platforms,
@@ -56,14 +49,14 @@ from scripts.deploy.preflight import (  # noqa: E402
     check_inputs,
     check_weights,
 )
-from scripts.deploy.region import region_conflicts, resolve_region  # noqa: E402
-from scripts.deploy.smoke import SmokeFailure, check_events, run_smoke, smoke_endpoint  # noqa: E402
-from scripts.deploy.tfvars import DeploymentSettings, OutputsError, deployment_variables, load_outputs  # noqa: E402
+from scripts.deploy.region import region_conflicts, resolve_region
+from scripts.deploy.smoke import SmokeFailure, check_events, run_smoke, smoke_endpoint
+from scripts.deploy.tfvars import DeploymentSettings, OutputsError, deployment_variables, load_outputs
+from scripts.servers import free_port
+from scripts.weights.sources import packaged_config
 
-# The stand-in's fixtures and helpers, shared with its own tests (tests/client/test_sagemaker_bidi.py).
-standin_certs = bidi.standin_certs
-certs = bidi.certs
-Certs = bidi.Certs
+REPO = Path(__file__).resolve().parents[2]
+
 
 ACCOUNT = "123456789012"  # moto's
 REGION = "us-east-1"
@@ -866,7 +859,7 @@ def test_check_events_attributes_audio_to_each_sentence() -> None:
 
 
 async def test_smoke_test_through_the_bidirectional_api(server: Any, certs: Certs) -> None:
-    async with asyncio.timeout(60), bidi.sagemaker(f"ws://127.0.0.1:{server.port}", certs) as (transport, app):
+    async with asyncio.timeout(60), sagemaker(f"ws://127.0.0.1:{server.port}", certs) as (transport, app):
         result = await run_smoke(transport)
     assert [u.id for u in result.utterances] == ["smoke-0", "smoke-1"]
     assert all(u.audio_bytes == u.reported_bytes and u.audio_bytes > 0 for u in result.utterances)
@@ -885,17 +878,17 @@ async def test_smoke_test_fails_on_a_sentence_without_audio(certs: Certs) -> Non
         elif message["type"] == "close":
             await ws.close(1000)
 
-    container = bidi.ScriptedContainer(reply)
-    async with asyncio.timeout(30), bidi.scripted(container) as url, bidi.sagemaker(url, certs) as (transport, _):
+    container = ScriptedContainer(reply)
+    async with asyncio.timeout(30), scripted(container) as url, sagemaker(url, certs) as (transport, _):
         with pytest.raises(SmokeFailure, match="no audio for smoke-0; no audio for smoke-1"):
             await run_smoke(transport)
 
 
 async def test_smoke_test_retries_an_endpoint_that_cannot_open_a_stream(certs: Certs) -> None:
-    async with bidi.scripted(bidi.ScriptedContainer(lambda ws, frame: asyncio.sleep(0))) as url:
+    async with scripted(ScriptedContainer(lambda ws, frame: asyncio.sleep(0))) as url:
         pass  # closed again: the stand-in cannot reach its container (ModelError)
     lines: list[str] = []
-    async with asyncio.timeout(30), bidi.sagemaker(url, certs) as (transport, _):
+    async with asyncio.timeout(30), sagemaker(url, certs) as (transport, _):
         with pytest.raises(SmokeFailure) as caught:
             await smoke_endpoint(
                 "kokoro-tts", REGION, endpoint_uri=transport.endpoint_uri, attempts=2, retry_delay_s=0, log=lines.append
@@ -1005,7 +998,7 @@ async def test_deploy_sh_end_to_end_then_again_then_destroy(
         running(health.app(), free_port()) as health_url,
         deployed_agent(agent, make_model(**FAST), f"bedrock:{MODEL_ID}", RUNTIME_ARN) as (runtime_url, runtime),
     ):
-        async with bidi.sagemaker(f"ws://127.0.0.1:{server.port}", certs) as (transport, app):
+        async with sagemaker(f"ws://127.0.0.1:{server.port}", certs) as (transport, app):
             env = {
                 **deploy_env,
                 "SMOKE_ENDPOINT_URI": transport.endpoint_uri,
