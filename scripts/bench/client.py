@@ -1,4 +1,4 @@
-"""Clients of the TTS server and small statistics, shared by ``scripts/bench_tts.py`` and ``python -m scripts.bench``.
+"""Clients of the TTS server and small statistics, shared by ``python -m scripts.bench`` and ``scripts.gpu_check``.
 
 Time to first audio (TTFA) is measured from the moment the request leaves to the first audio byte received, so it
 includes what a caller waits for: G2P, the first chunk's inference, encoding and the wire.

@@ -1,4 +1,4 @@
-"""kokoro_client.chunker: the table of cases (shared with scripts/compare_chunkers.py) and its invariants."""
+"""kokoro_client.chunker: the table of cases (scripts/chunkers/cases.py) and its invariants."""
 
 from __future__ import annotations
 
