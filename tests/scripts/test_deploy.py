@@ -923,10 +923,11 @@ async def test_the_smoke_test_signs_with_what_boto3_finds(tmp_path: Path) -> Non
 def make_checkout(tmp_path: Path) -> Path:
     """A throwaway git checkout with the deploy scripts, so the runs write nothing into the real tree."""
     checkout = tmp_path / "checkout"
-    for name in ("scripts/__init__.py", "scripts/find_tf_plugin_dir.sh"):
+    # The deploy flow, the weights it pushes, and the agent client its runtime smoke test speaks through.
+    for name in ("scripts/__init__.py", "scripts/find_tf_plugin_dir.sh", "scripts/agent_client.py", "scripts/sse.py"):
         (checkout / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(REPO / name, checkout / name)
-    for package in ("scripts/deploy", "scripts/weights"):  # the deploy flow, and the weights it pushes
+    for package in ("scripts/deploy", "scripts/weights"):
         shutil.copytree(REPO / package, checkout / package, ignore=shutil.ignore_patterns("__pycache__"))
     for root in ("shared", "deployment"):
         (checkout / "terraform" / root).mkdir(parents=True)
