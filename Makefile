@@ -32,15 +32,15 @@ $(VENV)/.installed: requirements.lock pyproject.toml | $(UV)
 install: $(VENV)/.installed weights ## create .venv from the lock and fetch the weights (idempotent)
 
 weights: $(VENV)/.installed ## fetch the Kokoro weights into MODEL_DIR, derive the torch weights (no-ops when done)
-	$(PY) -m kokoro_tts.weights fetch --dest "$(MODEL_DIR)"
-	$(PY) -m kokoro_tts.weights derive-torch --dest "$(MODEL_DIR)"
-	$(PY) -m kokoro_tts.weights derive-stages --dest "$(MODEL_DIR)"
+	$(PY) -m scripts.weights fetch --dest "$(MODEL_DIR)"
+	$(PY) -m scripts.weights derive-torch --dest "$(MODEL_DIR)"
+	$(PY) -m scripts.weights derive-stages --dest "$(MODEL_DIR)"
 
 serve: install ## run the TTS server in the foreground on the embedded default (PORT=8080)
 	$(VENV)/bin/serve --host $(HOST) --port $(PORT)
 
 demo: install ## TTS server + agent + scripted LLM: bidi vs batch first audio, out/demo-*.wav (KEEP=1: the page stays up)
-	$(PY) scripts/demo.py $(if $(KEEP),--keep)
+	$(PY) -m scripts.demo $(if $(KEEP),--keep)
 
 # 8081, so it runs beside `make serve` (8080); TTS_URL stays the TTS server's. It checks the TTS server answers first.
 agent: PORT = 8081
@@ -51,7 +51,7 @@ bench: install ## benchmarks (TARGET=local|deployed): bench/results/latest.{json
 	$(PY) -m scripts.bench --target $(TARGET) $(if $(QUICK),--quick)
 
 soak: install ## resource soak of the real serve: churn, vanishing sessions, bombs; fds/threads/RSS/CPU back to baseline
-	$(PY) scripts/soak.py --json bench/results/soak.json
+	$(PY) -m scripts.soak --json bench/results/soak.json
 
 gpu-check: install ## on an NVIDIA GPU host: torch backend on CUDA, first audio and 1/8/32 sessions (bench/results/gpu.json)
 	timeout 480 $(PY) -m scripts.gpu_check
@@ -63,7 +63,6 @@ test: prereqs install ## lint, type-check, the test suite, and the Terraform che
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
-	$(VENV)/bin/mypy --explicit-package-bases scripts/bench scripts/deploy scripts/demo.py scripts/gpu_check.py
 	$(VENV)/bin/pytest
 	scripts/terraform_checks.sh
 
@@ -71,14 +70,13 @@ tf-check: $(VENV)/.installed ## Terraform only: fmt, validate, mocked tests, che
 	scripts/terraform_checks.sh
 
 deploy: $(VENV)/.installed ## deploy the endpoint and agent runtime to AWS (BEDROCK_MODEL_ID=... required; docs/deploy.md)
-	scripts/deploy.sh
+	scripts/deploy/deploy.sh
 
 destroy: $(VENV)/.installed ## remove the deployment (DESTROY_SHARED=1: the images and weights too; docs/deploy.md)
-	scripts/destroy.sh
+	scripts/deploy/destroy.sh
 
 lint: $(VENV)/.installed ## ruff and mypy only
-	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check . && $(VENV)/bin/mypy \
-	  && $(VENV)/bin/mypy --explicit-package-bases scripts/bench scripts/deploy scripts/demo.py scripts/gpu_check.py
+	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check . && $(VENV)/bin/mypy
 
 LOCK := $(UV) pip compile pyproject.toml --generate-hashes --quiet --python-version 3.12 --custom-compile-command "make lock"
 lock: | $(UV) ## re-pin every lock (exact versions with hashes, no download addresses)

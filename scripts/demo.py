@@ -8,7 +8,7 @@ wait, gaps where audio ran out) and both one after the other (OUT/demo-compare.w
 stops both servers (also on Ctrl-C or a failure), unless --keep (`make demo KEEP=1`) keeps them and the web page
 up. Server logs go to OUT/demo-tts.log and OUT/demo-agent.log.
 
-    .venv/bin/python scripts/demo.py [--trials 3] [--keep] [--tts-url http://127.0.0.1:8080] [--out out]
+    .venv/bin/python -m scripts.demo [--trials 3] [--keep] [--tts-url http://127.0.0.1:8080] [--out out]
 """
 
 from __future__ import annotations
@@ -18,25 +18,16 @@ import asyncio
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
-import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 
+from scripts.agent_client import DEFAULT_PROMPT, Invoker, Trial, collect, report, url_invoker
+from scripts.servers import ServerExited, ServerNotReady, free_port, started, wait_ready
+
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "agent"))  # run from a checkout without `pip install -e .` too
-
-from voice_agent.cli import DEFAULT_PROMPT, Invoker, Trial, collect, report, url_invoker  # noqa: E402
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def tail(path: Path, lines: int = 20) -> str:
@@ -46,42 +37,21 @@ def tail(path: Path, lines: int = 20) -> str:
         return ""
 
 
-@contextlib.contextmanager
-def server(name: str, argv: list[str], env: dict[str, str], log_path: Path) -> Iterator[subprocess.Popen[bytes]]:
-    """A subprocess that is always stopped: SIGTERM (both servers shut down cleanly on it), then SIGKILL."""
-    with log_path.open("wb") as log:
-        proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
-        try:
-            yield proc
-        finally:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-                try:
-                    proc.wait(timeout=15)
-                except subprocess.TimeoutExpired:
-                    print(f"{name} did not stop within 15 s: killing it")
-                    proc.kill()
-                    proc.wait(timeout=5)
-
-
 class PortTaken(Exception):
     pass
 
 
-def wait_ready(name: str, url: str, proc: subprocess.Popen[bytes], log_path: Path, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            if "Address already in use" in tail(log_path):
-                raise PortTaken(url)
-            raise SystemExit(f"{name} exited with {proc.returncode}; its log ({log_path}):\n{tail(log_path)}")
-        try:
-            if httpx.get(f"{url}/ping", timeout=2, trust_env=False).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(0.25)
-    raise SystemExit(f"{name} was not ready within {timeout_s:g} s; its log ({log_path}):\n{tail(log_path)}")
+def wait_ready_or_exit(name: str, url: str, proc: subprocess.Popen[bytes], log_path: Path, timeout_s: float) -> None:
+    try:
+        wait_ready(url, proc, timeout_s, poll_s=0.25)
+    except ServerExited as exc:
+        if "Address already in use" in tail(log_path):
+            raise PortTaken(url) from None
+        raise SystemExit(f"{name} exited with {exc.returncode}; its log ({log_path}):\n{tail(log_path)}") from None
+    except ServerNotReady:
+        raise SystemExit(
+            f"{name} was not ready within {timeout_s:g} s; its log ({log_path}):\n{tail(log_path)}"
+        ) from None
 
 
 def start(
@@ -93,9 +63,12 @@ def start(
         url = f"http://127.0.0.1:{chosen}"
         print(f"starting the {name} on {url} ...", flush=True)
         with contextlib.ExitStack() as attempt:
-            proc = attempt.enter_context(server(name, [*argv, "--port", str(chosen)], env, log))
+            output = attempt.enter_context(log.open("wb"))
+            proc = attempt.enter_context(
+                started([*argv, "--port", str(chosen)], env, output=output, cwd=REPO, name=name)
+            )
             try:
-                wait_ready(name, url, proc, log, timeout_s)
+                wait_ready_or_exit(name, url, proc, log, timeout_s)
             except PortTaken:
                 if port:
                     raise SystemExit(f"port {port} is taken: pick another with --port / --agent-port") from None

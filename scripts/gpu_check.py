@@ -112,8 +112,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     device = "cpu" if problem else "cuda"
 
     from kokoro_tts.backends import torch_weights
-    from kokoro_tts.weights.derive import derive_torch
     from kokoro_tts.weights.layout import WeightLayout
+
+    from scripts.weights.derive import derive_torch
 
     layout = WeightLayout(model_dir())
     if not (layout.root / "kokoro-v1_0.pth").is_file():

@@ -5,7 +5,7 @@ sessions that queue work and vanish, bombs (compression offers, oversized messag
 abandoned), and sessions that stay and must see every accepted utterance end. Afterwards the server's fds,
 threads, RSS and CPU must return to their baseline within seconds, and /ping's p99 must stay under 100 ms.
 
-    python scripts/soak.py [--churn 3000] [--vanishing 20] [--staying 4] [--json out.json]
+    python -m scripts.soak [--churn 3000] [--vanishing 20] [--staying 4] [--json out.json]
 """
 
 from __future__ import annotations
@@ -14,9 +14,7 @@ import argparse
 import asyncio
 import json
 import os
-import signal
 import socket
-import subprocess
 import sys
 import time
 from collections import Counter
@@ -25,8 +23,11 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from kokoro_client.local_ws import ws_url
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
+
+from scripts.servers import free_port, serve_command, started, wait_ready
 
 REPO = Path(__file__).resolve().parent.parent
 SENTENCE = "The quick brown fox jumps over the lazy dog, and then it runs away into the quiet forest."
@@ -76,7 +77,7 @@ class Report:
 class Soak:
     def __init__(self, base_url: str, pid: int) -> None:
         self.base = base_url
-        self.ws_url = base_url.replace("http", "ws") + "/invocations-bidirectional-stream"
+        self.ws_url = ws_url(base_url)
         self.host, port = base_url.rsplit("//", 1)[1].split(":")
         self.port = int(port)
         self.pid = pid
@@ -285,42 +286,14 @@ def check(report: Report) -> list[str]:
     return problems
 
 
-def start_server(port: int, model_dir: Path) -> subprocess.Popen[bytes]:
-    serve = Path(sys.executable).parent / "serve"
+def soak(churn: int, vanishing: int, staying: int, model_dir: Path) -> Report:
+    port = free_port()
     env = {**os.environ, "PORT": str(port), "KOKORO_MODEL_DIR": str(model_dir)}
     env.pop("HOST", None)
-    return subprocess.Popen([str(serve)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-
-
-def wait_ready(base_url: str, process: subprocess.Popen[bytes], timeout: float = 180) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"serve exited with {process.returncode}")
-        try:
-            if httpx.get(f"{base_url}/ping", timeout=2).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(0.2)
-    raise TimeoutError("serve did not become ready")
-
-
-def soak(churn: int, vanishing: int, staying: int, model_dir: Path) -> Report:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    process = start_server(port, model_dir)
     base_url = f"http://127.0.0.1:{port}"
-    try:
+    with started(serve_command(), env, stop_timeout_s=30) as process:
         wait_ready(base_url, process)
         return asyncio.run(Soak(base_url, process.pid).run(churn, vanishing, staying))
-    finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=30)
-        finally:
-            process.kill()
 
 
 def main() -> None:

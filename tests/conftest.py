@@ -4,43 +4,27 @@ from __future__ import annotations
 
 import asyncio
 import os
-import socket
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
 import pytest
 from hypercorn.asyncio import serve
+from kokoro_client.local_ws import ws_url
 from kokoro_tts.app import create_app
 from kokoro_tts.engine import TTSEngine
 from kokoro_tts.serve import hypercorn_config
 from kokoro_tts.settings import Settings
 from starlette.applications import Starlette
 
+from scripts.servers import free_port, wait_ready
+
 REPO = Path(__file__).resolve().parent.parent
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def wait_ready(base_url: str, timeout: float = 180.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"{base_url}/ping", timeout=2).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(0.2)
-    raise TimeoutError(f"{base_url}/ping did not answer 200 within {timeout} s")
+# Fixtures shared across rooms, from tests/support: the SageMaker stand-in (client and scripts rooms).
+pytest_plugins = ["support.sagemaker"]
 
 
 @pytest.fixture(scope="session")
@@ -48,7 +32,7 @@ def model_dir() -> Path:
     """The weight layout (what SageMaker mounts at /opt/ml/model), fetched by `make weights` if missing."""
     path = Path(os.environ.get("KOKORO_MODEL_DIR", REPO / "models" / "kokoro"))
     if not (path / "manifest.json").is_file():
-        subprocess.run([sys.executable, "-m", "kokoro_tts.weights", "fetch", "--dest", str(path)], check=True)
+        subprocess.run([sys.executable, "-m", "scripts.weights", "fetch", "--dest", str(path)], check=True)
     return path
 
 
@@ -63,7 +47,7 @@ class RunningServer:
 
     @property
     def ws_url(self) -> str:
-        return f"ws://127.0.0.1:{self.port}/invocations-bidirectional-stream"
+        return ws_url(f"http://127.0.0.1:{self.port}")
 
     @property
     def engine(self) -> TTSEngine:

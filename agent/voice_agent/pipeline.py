@@ -23,9 +23,12 @@ from collections.abc import AsyncGenerator, AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
-from .chunker import IncrementalSentenceChunker
-from .events import ErrorCode, Event, Events, Metrics, pcm_ms
-from .transports.base import (
+from kokoro_client.audio import SAMPLE_RATE
+from kokoro_client.chunker import IncrementalSentenceChunker
+from kokoro_client.errors import ErrorCode as TTSErrorCode
+from kokoro_client.errors import TTSError
+from kokoro_client.protocol import Cancelled, Error, SynthesisComplete, SynthesisStart
+from kokoro_client.session import (
     AudioEvent,
     BatchTTS,
     ControlEvent,
@@ -34,10 +37,12 @@ from .transports.base import (
     TTSTransport,
     TTSTransportError,
 )
+from kokoro_client.utterances import UtteranceReader
+
+from .events import ErrorCode, Event, Events, Metrics, pcm_ms
 
 log = logging.getLogger(__name__)
 
-SAMPLE_RATE = 24_000  # the server's only rate (docs/protocol.md); bidi also reads it from synthesis_start
 
 # The LLM's reply as text deltas. The Event is set when the caller goes away, for providers that stream in a
 # thread (Bedrock): cancelling the task alone would not stop them.
@@ -269,8 +274,7 @@ class _Bidi:
     async def _read(self, stream: AsyncIterator[AudioEvent | ControlEvent]) -> None:
         options = self.run.options
         events = self.run.events
-        current: int | None = None
-        fmt, rate, seq = options.session.format, SAMPLE_RATE, 0
+        reader, current, seq = UtteranceReader(), 0, 0
         while True:
             try:
                 async with asyncio.timeout(self._deadline()) as self.timer:
@@ -290,37 +294,39 @@ class _Bidi:
             if event is None:
                 return
             if isinstance(event, AudioEvent):
-                if current is None:
-                    raise _Fail(ErrorCode.TTS_ERROR, "the TTS server sent audio outside an utterance")
-                await self.run.post(events.audio_chunk(event.data, fmt, rate, current, seq))
+                try:
+                    start = reader.audio(event.data)
+                except TTSError as exc:
+                    raise _Fail(ErrorCode.TTS_ERROR, exc.message) from None
+                await self.run.post(events.audio_chunk(event.data, start.format, start.sample_rate, current, seq))
                 seq += 1
                 continue
-            message = event.message
-            kind = event.type
-            index = self._index(message.get("id"))
-            if kind == "synthesis_start":
-                current = index
-                fmt = str(message.get("format", fmt))
-                rate = int(message.get("sample_rate", rate))
-            elif kind == "synthesis_complete" and index is not None:
-                current = None
-                self._complete(index)
-                await self.run.post(events.sentence_complete(index, float(message.get("audio_ms") or 0.0)))
-            elif kind == "cancelled" and index is not None:
-                self._complete(index)
-            elif kind == "error":
-                code = str(message.get("code", ""))
-                if index is not None and code == "nothing_to_speak":
-                    # "..." or an emoji: nothing to say in this sentence is no reason to stop the reply.
+            try:
+                frame = reader.frame(event.frame)
+            except TTSError as exc:
+                if exc.code == TTSErrorCode.UNKNOWN_TYPE:
+                    continue  # a frame type from a later protocol version: nothing this reader needs
+                raise _Fail(ErrorCode.TTS_ERROR, exc.message) from None
+            match frame:
+                case SynthesisStart():
+                    current = self._index(frame.id)
+                case SynthesisComplete():
+                    index = self._index(frame.id)
                     self._complete(index)
-                    await self.run.post(events.sentence_complete(index, 0.0, skipped=code))
-                    continue
-                where = f"sentence {index}" if index is not None else "the session"
-                raise _Fail(ErrorCode.TTS_ERROR, f"the TTS server refused {where}: {message.get('message', '')}", code)
+                    await self.run.post(events.sentence_complete(index, frame.audio_ms))
+                case Cancelled():
+                    self._complete(self._index(frame.id))
+                case Error():
+                    failed = None if frame.id is None else self._index(frame.id)
+                    if failed is not None and frame.code == TTSErrorCode.NOTHING_TO_SPEAK:
+                        # "..." or an emoji: nothing to say in this sentence is no reason to stop the reply.
+                        self._complete(failed)
+                        await self.run.post(events.sentence_complete(failed, 0.0, skipped=frame.code))
+                        continue
+                    where = f"sentence {failed}" if failed is not None else "the session"
+                    raise _Fail(ErrorCode.TTS_ERROR, f"the TTS server refused {where}: {frame.message}", frame.code)
 
-    def _index(self, utterance_id: object) -> int | None:
-        if utterance_id is None:
-            return None
+    def _index(self, utterance_id: str) -> int:
         try:
             return int(str(utterance_id))
         except ValueError:

@@ -11,12 +11,13 @@ import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
+from kokoro_client.errors import TTSError
+from kokoro_client.protocol import CLOSE_GOING_AWAY, CLOSE_TRY_AGAIN_LATER, INVOCATIONS_PATH, PING_PATH, WS_PATH
 from starlette.applications import Starlette
 from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket
 
 from .engine import TTSEngine
-from .errors import TTSError
 from .http_api import health, invocations, openai_speech, ping
 from .settings import Settings
 from .ws_session import BidiSession
@@ -35,17 +36,19 @@ def create_app(
     async def bidirectional_stream(websocket: WebSocket) -> None:
         if websocket.app.state.draining:
             await websocket.accept()  # accepted first, so that the client reads the code and the reason
-            await websocket.close(code=1001, reason="shutting_down: the server is stopping")
+            await websocket.close(code=CLOSE_GOING_AWAY, reason="shutting_down: the server is stopping")
             return
         engine: TTSEngine | None = websocket.app.state.engine
         if engine is None:
-            await websocket.close(code=1013, reason="model loading; retry when GET /ping answers 200")
+            await websocket.close(code=CLOSE_TRY_AGAIN_LATER, reason="model loading; retry when GET /ping answers 200")
             return
         try:
             engine.sessions.acquire()
         except TTSError as error:  # the close reason starts with the stable code
             await websocket.accept()
-            await websocket.close(code=1013, reason=f"{error.code}: too many sessions; retry in a few seconds")
+            await websocket.close(
+                code=CLOSE_TRY_AGAIN_LATER, reason=f"{error.code}: too many sessions; retry in a few seconds"
+            )
             return
         session = BidiSession(websocket, engine)
         sessions.add(session)
@@ -71,11 +74,11 @@ def create_app(
 
     return Starlette(
         routes=[
-            Route("/ping", ping, methods=["GET"]),
+            Route(PING_PATH, ping, methods=["GET"]),
             Route("/health", health, methods=["GET"]),
-            Route("/invocations", invocations, methods=["POST"]),
+            Route(INVOCATIONS_PATH, invocations, methods=["POST"]),
             Route("/v1/audio/speech", openai_speech, methods=["POST"]),
-            WebSocketRoute("/invocations-bidirectional-stream", bidirectional_stream),
+            WebSocketRoute(WS_PATH, bidirectional_stream),
         ],
         lifespan=lifespan,
     )
@@ -122,7 +125,7 @@ def load_failure(exc: BaseException, settings: Settings) -> str:
     if isinstance(exc, OSError) or type(exc).__name__ in ("LayoutError", "ChecksumMismatch"):
         return (
             f"cannot load the model: the weights in {settings.model_dir} are missing or incomplete ({text}); "
-            "fetch them with `make weights` (or `python -m kokoro_tts.weights fetch`), or point KOKORO_MODEL_DIR "
+            "fetch them with `make weights` (or `python -m scripts.weights fetch`), or point KOKORO_MODEL_DIR "
             "at a complete layout"
         )
     if any(word in text.lower() for word in ("cuda", "gpu", "nvidia", "driver")):

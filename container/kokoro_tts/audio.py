@@ -14,10 +14,8 @@ from typing import Protocol
 
 import av
 import numpy as np
-
-from .errors import ErrorCode, TTSError
-
-SAMPLE_RATE = 24_000
+from kokoro_client.audio import SAMPLE_RATE
+from kokoro_client.errors import ErrorCode, TTSError
 
 
 @dataclass(frozen=True)

@@ -19,10 +19,10 @@ from dataclasses import dataclass
 from functools import partial
 
 import numpy as np
+from kokoro_client.errors import ErrorCode, TTSError
 
 from .audio import SAMPLE_RATE, float_to_pcm16
 from .backends import Backend, load_backend
-from .errors import ErrorCode, TTSError
 from .phonemes import Phonemizer, clean_text
 from .scheduler import DeadlineScheduler, Limit
 from .settings import Settings

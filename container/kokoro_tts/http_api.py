@@ -15,12 +15,12 @@ from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing
 from typing import Any
 
+from kokoro_client.errors import INTERNAL_ERROR_MESSAGE, ErrorCode, TTSError
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from .audio import SAMPLE_RATE, AudioFormat, audio_format, make_encoder
 from .engine import AudioChunk, SpeechRequest, TTSEngine
-from .errors import INTERNAL_ERROR_MESSAGE, ErrorCode, TTSError
 
 log = logging.getLogger(__name__)
 

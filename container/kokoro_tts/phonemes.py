@@ -12,7 +12,7 @@ import threading
 import unicodedata
 from collections.abc import Callable, Mapping
 
-from .errors import ErrorCode, TTSError
+from kokoro_client.errors import ErrorCode, TTSError
 
 # The model's context is 512 tokens; two of them are the pad tokens that open and close every input.
 MAX_PHONEME_TOKENS = 510

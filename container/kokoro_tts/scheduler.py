@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import ErrorCode, TTSError
+from kokoro_client.errors import ErrorCode, TTSError
 
 
 class Limit:

@@ -6,6 +6,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kokoro_client.audio import MAX_SPEED, MIN_SPEED
+
 
 def _env_int(name: str, default: int) -> int:
     value = os.environ.get(name)
@@ -55,8 +57,8 @@ class Settings:
     workers: int = field(default_factory=lambda: _env_int("KOKORO_WORKERS", 1))
     # Threads inside one inference job (onnxruntime intra-op); 0 lets the backend choose.
     threads: int = field(default_factory=lambda: _env_int("KOKORO_THREADS", 0))
-    min_speed: float = 0.5
-    max_speed: float = 2.0
+    min_speed: float = MIN_SPEED
+    max_speed: float = MAX_SPEED
     warmup_text: str = field(
         default_factory=lambda: os.environ.get("KOKORO_WARMUP_TEXT", "Warming up the speech engine.")
     )

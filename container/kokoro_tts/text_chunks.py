@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 
-from voice_agent.chunker import IncrementalSentenceChunker
+from kokoro_client.chunker import IncrementalSentenceChunker
 
 MAX_CHUNK_CHARS = 300
 _CLAUSE_END = re.compile(r"(?<=[,;:—–])\s+|\s+(?=[—–]\s)")

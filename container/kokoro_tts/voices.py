@@ -7,8 +7,8 @@ import threading
 from dataclasses import dataclass
 
 import numpy as np
+from kokoro_client.errors import ErrorCode, TTSError
 
-from .errors import ErrorCode, TTSError
 from .phonemes import LANGUAGE_NAMES
 from .weights.layout import WeightLayout
 

@@ -12,20 +12,33 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-import json
 import logging
 from collections import deque
 from contextlib import aclosing
 from dataclasses import dataclass, field
-from typing import Any
 
+from kokoro_client.errors import INTERNAL_ERROR_MESSAGE, ErrorCode, TTSError
+from kokoro_client.protocol import (
+    CLOSE_GOING_AWAY,
+    CLOSE_NORMAL,
+    Cancel,
+    Cancelled,
+    Close,
+    Config,
+    Error,
+    ServerFrame,
+    SynthesisComplete,
+    SynthesisStart,
+    Synthesize,
+    encode,
+    is_set,
+    parse_client_message,
+)
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from .audio import SAMPLE_RATE, AudioFormat, audio_format, make_encoder
 from .engine import SpeechRequest, TTSEngine
-from .errors import INTERNAL_ERROR_MESSAGE, ErrorCode, TTSError
 from .hypercorn_hardening import OVERSIZE_KEY
-from .protocol import Cancel, Close, Config, Synthesize, is_set, parse_message
 
 log = logging.getLogger(__name__)
 
@@ -110,7 +123,7 @@ class BidiSession:
                         ErrorCode.MESSAGE_TOO_LARGE,
                         f"The message has {oversize} bytes; the limit is {self._settings.max_message_bytes}.",
                     )
-                await self._handle(parse_message(raw, self._settings.max_message_bytes))
+                await self._handle(parse_client_message(raw, self._settings.max_message_bytes))
             except TTSError as error:
                 await self._send_error(error)
             except Exception:
@@ -131,7 +144,7 @@ class BidiSession:
                 self._configure(command)
             case Cancel(id=target):
                 for dropped in self._cancel(target):
-                    await self._send_json({"type": "cancelled", "id": dropped})
+                    await self._send_frame(Cancelled(dropped))
             case Close():
                 self._closing = True
                 self._wakeup.set()
@@ -183,7 +196,7 @@ class BidiSession:
                 return
             while not self._queue:
                 if self._closing:
-                    await self._close(1000)
+                    await self._close(CLOSE_NORMAL)
                     return
                 if self._draining:
                     break
@@ -220,14 +233,7 @@ class BidiSession:
                 if chunk is None or utterance.cancelled:
                     break
                 if not started:
-                    await self._send_json(
-                        {
-                            "type": "synthesis_start",
-                            "id": utterance.id,
-                            "format": utterance.format.name,
-                            "sample_rate": SAMPLE_RATE,
-                        }
-                    )
+                    await self._send_frame(SynthesisStart(utterance.id, utterance.format.name, SAMPLE_RATE))
                     started = True
                 data = encoder.encode(chunk.pcm)
                 if data:
@@ -237,7 +243,7 @@ class BidiSession:
                 audio_ms += chunk.audio_ms
                 synth_ms += chunk.synth_ms
         if utterance.cancelled:
-            await self._send_json({"type": "cancelled", "id": utterance.id})
+            await self._send_frame(Cancelled(utterance.id))
             return
         if not started:
             await self._send_error(
@@ -249,37 +255,22 @@ class BidiSession:
         if tail:
             await self._send_bytes(tail)
             sent_bytes += len(tail)
-        await self._send_json(
-            {
-                "type": "synthesis_complete",
-                "id": utterance.id,
-                "audio_ms": round(audio_ms, 1),
-                "synth_ms": round(synth_ms, 1),
-                "bytes": sent_bytes,
-            }
-        )
+        await self._send_frame(SynthesisComplete(utterance.id, round(audio_ms, 1), round(synth_ms, 1), sent_bytes))
 
     async def _end_for_shutdown(self, stopped: list[_Utterance]) -> None:
         error = TTSError(ErrorCode.SHUTTING_DOWN, "The server is shutting down; this utterance was not finished.")
         for utterance in [*stopped, *self._queue]:
             await self._send_error(error, utterance.id)
         self._queue.clear()
-        await self._close(1001)
+        await self._close(CLOSE_GOING_AWAY)
 
     # --- sending ---------------------------------------------------------------------------------------------
 
     async def _send_error(self, error: TTSError, utterance_id: str | None = None) -> None:
-        frame: dict[str, Any] = {"type": "error", **error.to_dict()}
-        if utterance_id is not None:
-            frame["id"] = utterance_id
-        await self._send_json(frame)
+        await self._send_frame(Error.of(error, utterance_id))
 
-    async def _send_json(self, frame: dict[str, Any]) -> None:
-        text = json.dumps(frame, ensure_ascii=False)
-        try:
-            text.encode("utf-8")
-        except UnicodeEncodeError:  # a lone surrogate echoed from the client: send it as a JSON escape instead
-            text = json.dumps(frame)
+    async def _send_frame(self, frame: ServerFrame) -> None:
+        text = encode(frame)
         async with self._send_lock:
             await self._ws.send_text(text)
 

@@ -1,4 +1,4 @@
-"""Clients of the TTS server and small statistics, shared by ``scripts/bench_tts.py`` and ``python -m scripts.bench``.
+"""Clients of the TTS server and small statistics, shared by ``python -m scripts.bench`` and ``scripts.gpu_check``.
 
 Time to first audio (TTFA) is measured from the moment the request leaves to the first audio byte received, so it
 includes what a caller waits for: G2P, the first chunk's inference, encoding and the wire.
@@ -10,9 +10,6 @@ import asyncio
 import json
 import os
 import platform
-import socket
-import subprocess
-import sys
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -21,7 +18,13 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from kokoro_client.audio import BYTES_PER_SECOND
+from kokoro_client.local_ws import ws_url
+from kokoro_client.protocol import Close, Config, Error, SynthesisComplete, Synthesize, encode, parse_server_frame
+from kokoro_client.utterances import UtteranceReader
 from websockets.asyncio.client import connect
+
+from scripts import servers
 
 REPO = Path(__file__).resolve().parents[2]
 SHORT = "Sure, I can help with that."
@@ -30,9 +33,6 @@ LONG = (
     "warehouse in Ohio. You should receive it by Thursday afternoon, and a tracking link is on its way to your "
     "email. Is there anything else I can help you with today, Sam?"
 )
-SAMPLE_RATE = 24_000
-BYTES_PER_SECOND = SAMPLE_RATE * 2  # 16-bit mono PCM
-WS_PATH = "/invocations-bidirectional-stream"
 
 
 @dataclass
@@ -55,10 +55,6 @@ def pct(values: Sequence[float], q: float) -> float:
 
 def model_dir() -> Path:
     return Path(os.environ.get("KOKORO_MODEL_DIR", str(REPO / "models" / "kokoro")))
-
-
-def ws_url(url: str) -> str:
-    return url.replace("http", "ws", 1) + WS_PATH
 
 
 async def post_once(client: httpx.AsyncClient, url: str, text: str, *, first_audio_only: bool = False) -> Sample:
@@ -95,7 +91,7 @@ async def ws_once(url: str, text: str, *, first_audio_only: bool = False) -> Sam
     ``first_audio_only`` hangs up at the first audio byte (then call ``drain``)."""
     async with connect(ws_url(url)) as ws:
         started = time.perf_counter()
-        await ws.send(json.dumps({"text": text}))
+        await ws.send(encode(Synthesize(text)))
         ttfa, size, synth_ms = None, 0, None
         while True:
             message = await ws.recv()
@@ -105,11 +101,11 @@ async def ws_once(url: str, text: str, *, first_audio_only: bool = False) -> Sam
                 if first_audio_only:
                     break
                 continue
-            frame = json.loads(message)
-            if frame["type"] == "error":
+            frame = parse_server_frame(message)
+            if isinstance(frame, Error):
                 raise RuntimeError(f"the TTS server refused the text: {frame}")
-            if frame["type"] == "synthesis_complete":
-                synth_ms = float(frame["synth_ms"])
+            if isinstance(frame, SynthesisComplete):
+                synth_ms = frame.synth_ms
                 break
         total = time.perf_counter() - started
     return Sample(1000 * (ttfa or total), 1000 * total, 0.0 if first_audio_only else size / BYTES_PER_SECOND, synth_ms)
@@ -131,23 +127,20 @@ async def ws_utterances(url: str, texts: Sequence[str], fmt: str = "pcm") -> lis
     audio = [bytearray() for _ in texts]
     done: list[dict[str, Any]] = [{} for _ in texts]
     async with connect(ws_url(url), max_size=None) as ws:
-        await ws.send(json.dumps({"type": "config", "format": fmt}))
+        await ws.send(encode(Config(format=fmt)))
         for i, text in enumerate(texts):
-            await ws.send(json.dumps({"type": "synthesize", "text": text, "id": str(i)}))
-        await ws.send(json.dumps({"type": "close"}))
-        current: int | None = None
+            await ws.send(encode(Synthesize(text, str(i))))
+        await ws.send(encode(Close()))
+        reader = UtteranceReader()
         async for message in ws:  # ends when the server closes after the last utterance
             if isinstance(message, bytes):
-                assert current is not None, "audio outside an utterance"
-                audio[current] += message
+                audio[int(reader.audio(message).id)] += message
                 continue
-            frame = json.loads(message)
-            if frame["type"] == "error":
+            frame = reader.frame(parse_server_frame(message))
+            if isinstance(frame, Error):
                 raise RuntimeError(f"the TTS server refused an utterance: {frame}")
-            if frame["type"] == "synthesis_start":
-                current = int(frame["id"])
-            elif frame["type"] == "synthesis_complete":
-                done[int(frame["id"])] = frame
+            if isinstance(frame, SynthesisComplete):
+                done[int(frame.id)] = json.loads(message)
     missing = [i for i, frame in enumerate(done) if not frame]
     if missing:
         raise RuntimeError(f"utterances {missing} never completed")
@@ -184,43 +177,11 @@ async def concurrent(url: str, sessions: int, text: str = LONG) -> dict[str, obj
     }
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @contextmanager
 def local_server(ready_timeout_s: float = 180) -> Iterator[str]:
-    """The real server (``serve``, Hypercorn) in a child process on a free port; its base URL once /ping is 200."""
-    port = free_port()
-    env = {**os.environ, "KOKORO_MODEL_DIR": str(model_dir())}
-    serve = Path(sys.executable).parent / "serve"
-    process = subprocess.Popen(
-        [str(serve), "--host", "127.0.0.1", "--port", str(port)], env=env, stderr=subprocess.DEVNULL
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + ready_timeout_s
-        while time.monotonic() < deadline:
-            if process.poll() is not None:
-                raise SystemExit(f"the TTS server exited with code {process.returncode} before it was ready")
-            try:
-                if httpx.get(f"{url}/ping", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            time.sleep(0.2)
-        else:
-            raise SystemExit("the TTS server did not become ready")
+    """The real server on a free port with this run's weights (``scripts.servers.local_server``)."""
+    with servers.local_server(model_dir(), ready_timeout_s) as url:
         yield url
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
 
 
 def cpu_model() -> str:

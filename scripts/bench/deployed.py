@@ -63,7 +63,7 @@ def read_deployment(chdir: str = TERRAFORM_DIR) -> Deployment:
 
 async def bidi_once(transport: Any, text: str) -> Sample:
     """One utterance on a fresh bidirectional stream; the clock starts when the text is sent, after the open."""
-    from voice_agent.transports.base import AudioEvent, SessionOptions
+    from kokoro_client.session import AudioEvent, SessionOptions
 
     session = await transport.open_session(SessionOptions())
     try:
@@ -87,7 +87,7 @@ async def bidi_once(transport: Any, text: str) -> Sample:
 
 
 async def batch_once(batch: Any, text: str) -> Sample:
-    from voice_agent.transports.base import SessionOptions
+    from kokoro_client.session import SessionOptions
 
     started = time.perf_counter()
     ttfa, size = None, 0
@@ -99,8 +99,8 @@ async def batch_once(batch: Any, text: str) -> Sample:
 
 
 async def run_isolated_deployed(deployment: Deployment, trials: int) -> Section:
-    from voice_agent.transports.sagemaker_batch import SageMakerBatchTTS
-    from voice_agent.transports.sagemaker_bidi import SageMakerBidiTransport
+    from kokoro_client.sagemaker_batch import SageMakerBatchTTS
+    from kokoro_client.sagemaker_bidi import SageMakerBidiTransport
 
     bidi = SageMakerBidiTransport(deployment.endpoint_name, deployment.region)
     batch = SageMakerBatchTTS(deployment.endpoint_name, region_name=deployment.region)
@@ -140,7 +140,7 @@ async def run_runtime_deployed(deployment: Deployment, trials: int, *, prompt: s
     if not deployment.agent_runtime_arn:
         reason = "no agent_runtime_arn output (enable_runtime_outputs is false?)"
         return Section(f"not measured: {reason}", {"measured": False, "reason": reason})
-    from voice_agent.cli import arn_invoker, run_trial
+    from scripts.agent_client import arn_invoker, run_trial
 
     invoke = arn_invoker(deployment.agent_runtime_arn)
     warm = await run_trial(invoke, {"prompt": prompt, "mode": "bidi"})  # a cold runtime, the first Bedrock call

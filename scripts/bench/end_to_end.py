@@ -54,14 +54,14 @@ def _pipeline() -> ModuleType | str:
 def _channels(target: TTSTarget) -> tuple[Any, Any]:
     """(bidi transport, batch TTS) for the target; imported here so a missing transport only skips this section."""
     if target.kind == "deployed":
-        from voice_agent.transports.sagemaker_batch import SageMakerBatchTTS
-        from voice_agent.transports.sagemaker_bidi import SageMakerBidiTransport
+        from kokoro_client.sagemaker_batch import SageMakerBatchTTS
+        from kokoro_client.sagemaker_bidi import SageMakerBidiTransport
 
         assert target.endpoint_name and target.region
         bidi = SageMakerBidiTransport(target.endpoint_name, target.region)
         return bidi, SageMakerBatchTTS(target.endpoint_name, region_name=target.region)
-    from voice_agent.transports.http_batch import HTTPBatchTTS
-    from voice_agent.transports.local_ws import LocalWSTransport
+    from kokoro_client.http_batch import HTTPBatchTTS
+    from kokoro_client.local_ws import LocalWSTransport
 
     assert target.url
     return LocalWSTransport(target.url), HTTPBatchTTS(target.url)

@@ -10,6 +10,7 @@ import time
 from dataclasses import dataclass
 
 import numpy as np
+from kokoro_client.audio import SAMPLE_RATE
 from kokoro_tts.engine import TTSEngine
 from kokoro_tts.settings import Settings
 
@@ -42,7 +43,7 @@ class InProcess:
         tokens = batches[0]
         audio = self.engine.backend.synthesize(tokens, request.voice.style(len(tokens)), request.speed)
         elapsed = 1000 * (time.perf_counter() - started)
-        return elapsed, audio.size / 24_000
+        return elapsed, audio.size / SAMPLE_RATE
 
     def synth_chunk(self, text: str, voice: str = "af_heart") -> tuple[float, np.ndarray]:
         """(ms, pcm) for one chunk exactly as the server's worker does it: G2P, token batches, the model."""

@@ -16,11 +16,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from kokoro_client.audio import SAMPLE_RATE
 from kokoro_tts.backends.onnx import OnnxBackend
 from kokoro_tts.text_chunks import split_utterance
 from kokoro_tts.weights.layout import WeightLayout
 
-from .client import SAMPLE_RATE, model_dir
+from .client import model_dir
 from .inproc import InProcess
 from .report import Row, Section
 from .texts import REPLY

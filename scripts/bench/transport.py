@@ -17,12 +17,13 @@ from concurrent.futures import ProcessPoolExecutor
 
 import av
 import numpy as np
+from kokoro_client.audio import SAMPLE_RATE
 from kokoro_tts.audio import FORMATS, audio_format, make_encoder
 from voice_agent.events import Events
 
-from tests.support.speech import transcribe, word_errors
+from scripts.speech import transcribe, word_errors
 
-from .client import SAMPLE_RATE, ws_utterances
+from .client import ws_utterances
 from .report import Row, Section
 from .texts import SEGMENTS
 

@@ -3,7 +3,7 @@
 - ``whole``: our backend on the shipped int8 graph (what the engine runs today);
 - ``windowed``: the two derived stages, the decoder in windows (vocoder_windows.WindowPlan): time to the first
   window's audio (front + first window) and the total;
-- ``float``: the monolithic graph with dequantized float weights (weights/dequantize.py);
+- ``float``: the monolithic graph with dequantized float weights (scripts/weights/dequantize.py);
 - ``kokoro-onnx``: the peer library on the shipped file (its ``create``).
 
 Run: ``.venv/bin/python -m scripts.bench.windows [--trials N]``. Prints a table and the per-trial ratios; the
@@ -26,9 +26,10 @@ from kokoro_tts.phonemes import Phonemizer
 from kokoro_tts.text_chunks import split_utterance
 from kokoro_tts.vocoder_windows import WindowPlan, decode_in_windows
 from kokoro_tts.voices import VoiceBank
-from kokoro_tts.weights.dequantize import dequantize
 from kokoro_tts.weights.layout import WeightLayout
-from kokoro_tts.weights.stage_graphs import derive_stage_graphs
+
+from scripts.weights.dequantize import dequantize
+from scripts.weights.stage_graphs import derive_stage_graphs
 
 from .client import model_dir
 from .peer import VOICE, _peer, build_voices_npz

@@ -1,4 +1,4 @@
-"""The Python half of `make deploy` / `make destroy` (scripts/deploy.sh, scripts/destroy.sh; docs/deploy.md).
+"""The Python half of `make deploy` / `make destroy` (scripts/deploy/deploy.sh and destroy.sh; docs/deploy.md).
 
 The shell scripts run the tools (terraform, docker buildx, the weight push); this package does what needs the
 AWS APIs or careful checking: the preflight, the image tag and digests, ECR login, the deployment's variables

@@ -1,4 +1,4 @@
-"""python -m scripts.deploy SUBCOMMAND: the steps of scripts/deploy.sh and scripts/destroy.sh that talk to AWS.
+"""python -m scripts.deploy SUBCOMMAND: the steps of scripts/deploy/deploy.sh and destroy.sh that talk to AWS.
 
   preflight [--destroy]   check everything the deploy (or destroy) needs; exit 2 with one message listing the gaps
   region                  the region to deploy to (AWS_REGION, AWS_DEFAULT_REGION, the shared state, the profile)
@@ -280,7 +280,7 @@ def cmd_outputs(args: argparse.Namespace) -> int:
     print(f"SageMaker endpoint:   {outputs['endpoint_name']}  ({outputs['endpoint_arn']})")
     print(f"AgentCore runtime:    {runtime}")
     if outputs.get("agent_runtime_arn"):
-        print(f"Talk to it:           .venv/bin/voice-agent demo --arn {runtime} --region {region}")
+        print(f"Talk to it:           .venv/bin/python -m scripts.agent_client --arn {runtime} --region {region}")
     return 0
 
 

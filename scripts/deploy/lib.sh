@@ -1,6 +1,6 @@
 # shellcheck shell=bash
 # shellcheck disable=SC2034 # STEP and DEPLOYMENT_VARS are read by the scripts that source this file
-# Sourced by scripts/deploy.sh and scripts/destroy.sh (after `cd` to the repository root): the environment and
+# Sourced by scripts/deploy/deploy.sh and scripts/deploy/destroy.sh (after `cd` to the repository root): the environment and
 # the terraform helpers both use.
 
 PY=${PYTHON:-$PWD/.venv/bin/python}

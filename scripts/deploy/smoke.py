@@ -16,7 +16,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from voice_agent.transports.base import AudioEvent, ControlEvent, SessionOptions, TTSEvent, TTSTransportError
+from kokoro_client.errors import TTSError
+from kokoro_client.protocol import Cancelled, Error, SynthesisComplete
+from kokoro_client.session import AudioEvent, ControlEvent, SessionOptions, TTSEvent, TTSTransportError
+from kokoro_client.utterances import UtteranceReader
 
 from .errors import DeployError
 
@@ -55,34 +58,36 @@ class SmokeResult:
 def check_events(events: Sequence[tuple[float, TTSEvent]], ids: Sequence[str]) -> tuple[tuple[Utterance, ...], float]:
     """The utterances and the time of the first audio, or SmokeFailure naming everything that is wrong.
 
-    Audio belongs to the utterance between its synthesis_start and synthesis_complete (the server speaks one
-    utterance at a time, docs/protocol.md).
+    Audio belongs to the utterance whose synthesis_start came last (kokoro_client.utterances).
     """
     audio: dict[str | None, int] = {}
     completed: dict[str, int | None] = {}
     problems: list[str] = []
-    current: str | None = None
+    reader = UtteranceReader()
     first_audio: float | None = None
     for at, event in events:
         if isinstance(event, AudioEvent):
-            audio[current] = audio.get(current, 0) + len(event.data)
+            try:
+                owner: str | None = reader.audio(event.data).id
+            except TTSError:
+                owner = None  # reported below as an utterance without its audio
+            audio[owner] = audio.get(owner, 0) + len(event.data)
             if event.data and first_audio is None:
                 first_audio = at
             continue
         assert isinstance(event, ControlEvent)
-        message = event.message
-        utterance = message.get("id")
-        match event.type:
-            case "synthesis_start":
-                current = str(utterance)
-            case "synthesis_complete":
-                reported = message.get("bytes")
-                completed[str(utterance)] = reported if isinstance(reported, int) else None
-                current = None
-            case "error":
-                problems.append(f"error event {message.get('code', '?')}: {message.get('message', message)}")
-            case "cancelled":
-                problems.append(f"utterance {utterance} was cancelled")
+        try:
+            frame = reader.frame(event.frame)
+        except TTSError as exc:
+            problems.append(f"a frame that is not the protocol's: {exc.message}")
+            continue
+        match frame:
+            case SynthesisComplete():
+                completed[frame.id] = frame.bytes
+            case Error():
+                problems.append(f"error event {frame.code}: {frame.message}")
+            case Cancelled():
+                problems.append(f"utterance {frame.id} was cancelled")
     utterances = []
     for utterance_id in ids:
         got = audio.get(utterance_id, 0)
@@ -148,7 +153,7 @@ async def smoke_endpoint(
 ) -> SmokeResult:
     """The smoke test against a SageMaker endpoint; a stream that cannot be opened (the endpoint just became
     InService, a container still warming up) is tried again, anything else fails at once."""
-    from voice_agent.transports.sagemaker_bidi import SageMakerBidiTransport  # the SDK: only this command needs it
+    from kokoro_client.sagemaker_bidi import SageMakerBidiTransport  # the SDK: only this command needs it
 
     for attempt in range(1, attempts + 1):
         transport = SageMakerBidiTransport(endpoint_name, region, endpoint_uri=endpoint_uri, credentials=credentials)
@@ -292,7 +297,7 @@ async def smoke_runtime(
     log: Callable[[str], Any] = print,
 ) -> RuntimeResult:
     """One reply in mode bidi through the deployed runtime; a failed invocation (a cold runtime) is tried again."""
-    from voice_agent.cli import arn_invoker, run_trial
+    from scripts.agent_client import arn_invoker, run_trial
 
     invoke = arn_invoker(runtime_arn, qualifier=qualifier)
     for attempt in range(1, attempts + 1):

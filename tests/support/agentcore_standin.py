@@ -160,9 +160,10 @@ def deployed_agent(
 ) -> Iterator[tuple[str, AgentCoreStandin]]:
     """The real agent app (``settings``: its TTS; ``model`` answering as ``model_name``, e.g. "bedrock:<id>")
     behind the InvokeAgentRuntime stand-in for ``runtime_arn``; yields (the stand-in's URL, the stand-in)."""
-    from conftest import free_port
     from voice_agent.app import create_app
     from voice_agent.models import BuiltModel
+
+    from scripts.servers import free_port
 
     agent = create_app(settings, model_factory=lambda _id: BuiltModel(model, model_name))
     with running(agent, free_port()) as agent_url:

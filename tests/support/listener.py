@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from .speech import resample_16k, word_errors, words
+from scripts.speech import resample_16k, word_errors, words
 
 __all__ = ["WhisperListener", "word_error_rate", "word_errors", "words"]
 

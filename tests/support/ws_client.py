@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from kokoro_client.protocol import SynthesisComplete, SynthesisStart, parse_server_frame
+from kokoro_client.utterances import UtteranceReader
 from websockets.asyncio.client import ClientConnection
 
 
@@ -34,17 +36,16 @@ class Transcript:
     def utterances(self) -> dict[str, Utterance]:
         """Audio is attributed to the utterance whose synthesis_start came last."""
         result: dict[str, Utterance] = {}
-        current: Utterance | None = None
+        reader = UtteranceReader()
         for kind, frame in self.frames:
             if kind == "audio":
-                assert current is not None, "audio arrived outside an utterance"
-                current.audio += frame
-            elif frame["type"] == "synthesis_start":
-                current = result.setdefault(frame["id"], Utterance(frame["id"]))
-                current.start = frame
-            elif frame["type"] == "synthesis_complete":
-                result[frame["id"]].complete = frame
-                current = None
+                result[reader.audio(frame).id].audio += frame
+                continue
+            typed = reader.frame(parse_server_frame(json.dumps(frame)))
+            if isinstance(typed, SynthesisStart):
+                result.setdefault(typed.id, Utterance(typed.id)).start = frame
+            elif isinstance(typed, SynthesisComplete):
+                result[typed.id].complete = frame
         return result
 
 

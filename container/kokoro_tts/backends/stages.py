@@ -11,7 +11,7 @@ The shipped ONNX export is one graph, tokens → audio. Cut where the decoder's 
 
 The export has no random nodes (its sine generator draws no random initial phase and adds no noise), so the
 two stages on a whole chunk reproduce the monolithic graph bit for bit (tests/test_stages.py).
-The graphs are derived with onnx's own extractor at ``make weights`` time (weights/stage_graphs.py).
+The graphs are derived with onnx's own extractor at ``make weights`` time (scripts/weights/stage_graphs.py).
 """
 
 from __future__ import annotations

@@ -98,8 +98,8 @@ class TorchBackend:
         self.device = pick_device(torch, device)
         if not model_path.is_file():
             raise FileNotFoundError(
-                f"{model_path} is missing: `python -m kokoro_tts.weights fetch --with-torch` (Hugging Face) or "
-                "`python -m kokoro_tts.weights derive-torch` (from the ONNX export) makes one"
+                f"{model_path} is missing: `python -m scripts.weights fetch --with-torch` (Hugging Face) or "
+                "`python -m scripts.weights derive-torch` (from the ONNX export) makes one"
             )
         if self.device == "cpu" and threads:
             torch.set_num_threads(threads)

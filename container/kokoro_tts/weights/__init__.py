@@ -1,26 +1,5 @@
-"""The Kokoro-82M weights: one on-disk layout, fetched from a local copy, S3, the Hub or the offline mirror.
+"""The Kokoro-82M weights as the server reads them: one on-disk layout (``layout.WeightLayout``).
 
-Reading a layout needs only ``WeightLayout``; ``fetch_weights`` and the sources fill one.
+Filling a layout (fetching from a local copy, S3, the Hub or the offline mirror; deriving the torch weights;
+pushing to S3) is install- and deploy-time work: ``python -m scripts.weights`` (docs/weights.md).
 """
-
-from .fetch import AllSourcesFailed, FetchResult, default_sources, fetch_weights, make_source
-from .layout import ChecksumMismatch, FileEntry, LayoutError, Manifest, WeightLayout
-from .sources import HubSource, LocalSource, MirrorSource, Source, SourceError
-
-__all__ = [
-    "AllSourcesFailed",
-    "ChecksumMismatch",
-    "FetchResult",
-    "FileEntry",
-    "HubSource",
-    "LayoutError",
-    "LocalSource",
-    "Manifest",
-    "MirrorSource",
-    "Source",
-    "SourceError",
-    "WeightLayout",
-    "default_sources",
-    "fetch_weights",
-    "make_source",
-]

@@ -1,0 +1,115 @@
+"""One interface for every way of reaching the TTS server.
+
+A ``TTSSession`` takes sentences and yields events: audio bytes and the server's control messages
+(docs/protocol.md). Transports: ``local_ws`` (WebSocket to the container), ``sagemaker_bidi``
+(InvokeEndpointWithBidirectionalStream over HTTP/2) and ``http_batch`` (one POST /invocations, or
+invoke_endpoint_with_response_stream on SageMaker) for the batch baseline.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any, Protocol
+
+from .protocol import ServerFrame, server_frame
+
+
+@dataclass(frozen=True)
+class AudioEvent:
+    """Audio bytes of the utterance in flight, in the session's format."""
+
+    data: bytes
+
+
+@dataclass(frozen=True)
+class ControlEvent:
+    """A JSON control message from the server: synthesis_start, synthesis_complete, cancelled or error."""
+
+    message: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def type(self) -> str:
+        return str(self.message.get("type", ""))
+
+    @cached_property
+    def frame(self) -> ServerFrame:
+        """The message as a typed frame (``TTSError`` if it is not one of the protocol's)."""
+        return server_frame(self.message)
+
+
+TTSEvent = AudioEvent | ControlEvent
+
+
+class TTSTransportError(Exception):
+    """A transport failure with a stable code, so the pipeline can tell the caller what happened.
+
+    Codes: ``tts_unavailable`` (never connected, or the server is not ready), ``tts_session_dropped`` (the
+    connection was lost mid-reply) and ``tts_error`` (the server refused the request; ``tts_code`` is its code).
+    """
+
+    def __init__(self, code: str, message: str, tts_code: str | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.tts_code = tts_code
+
+
+@dataclass(frozen=True)
+class SessionOptions:
+    voice: str | None = None
+    speed: float | None = None
+    format: str = "pcm"
+
+
+class TTSSession(Protocol):
+    async def send_text(self, text: str, utterance_id: str) -> None:
+        """Queue one utterance (a sentence) on the open session."""
+        ...
+
+    async def finish(self) -> None:
+        """Ask the server to finish what is queued and end the session (``{"type":"close"}``)."""
+        ...
+
+    async def cancel(self) -> None:
+        """Drop everything queued and stop the utterance in flight."""
+        ...
+
+    def events(self) -> AsyncIterator[TTSEvent]:
+        """Audio and control events in arrival order; ends when the server ends the session."""
+        ...
+
+    async def aclose(self) -> None:
+        """Tear the connection down now (the caller left, or an error)."""
+        ...
+
+
+class TTSTransport(Protocol):
+    async def open_session(self, options: SessionOptions) -> TTSSession: ...
+
+
+class BatchTTS(Protocol):
+    def synthesize(self, text: str, options: SessionOptions) -> AsyncIterator[bytes]:
+        """The audio of the whole text, streamed as it arrives."""
+        ...
+
+
+def classify_chunk(data: bytes, is_text: bool | None = None) -> TTSEvent:
+    """Tell audio from control.
+
+    Use the frame's own type when the transport gives one (WebSocket frame type, PayloadPart DataType). Without
+    it, a chunk is control only if the WHOLE chunk decodes as a JSON object: raw PCM may well begin with 0x7b ("{").
+    """
+    if is_text is False:
+        return AudioEvent(data)
+    try:
+        message = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        message = None
+    if isinstance(message, dict):
+        return ControlEvent(message)
+    if is_text:
+        raise ValueError("a text frame from the TTS server that is not a JSON object")
+    return AudioEvent(data)

@@ -1,7 +1,0 @@
-"""``python -m kokoro_tts.weights fetch|verify|push|derive-torch``."""
-
-import sys
-
-from .cli import main
-
-sys.exit(main())

@@ -1,0 +1,1 @@
+"""The sentence chunker's table of cases and the seed's baseline: `python -m scripts.chunkers` compares them."""

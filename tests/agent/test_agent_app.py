@@ -1,0 +1,182 @@
+"""The agent end to end: the AgentCore app over HTTP (uvicorn), the scripted model, the real TTS server and model,
+read through the SSE consumer. Faults: TTS down, LLM failing, TTS connection lost mid-reply, caller leaving."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+from support.agent_fixtures import (
+    FAST,
+    TEST_REPLY,
+    AgentServer,
+    TCPProxy,
+    agent_settings,
+    free_port,
+    index_of,
+    invoke,
+    make_model,
+    types,
+    wait_for,
+)
+from voice_agent.events import Event
+from voice_agent.scripted_model import SIMULATED_NAME
+
+from scripts.speech import rms, transcribe, word_errors
+from scripts.sse import post_sse
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def agent(server: Any) -> Iterator[AgentServer]:
+    with AgentServer(agent_settings(server.base_url), make_model()).running() as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def replies(server: Any, agent: AgentServer) -> dict[str, list[Event]]:
+    """One bidi and one batch reply, shared by the assertions below (the real model is the slow part)."""
+
+    async def both() -> dict[str, list[Event]]:
+        # A first request pays for cold paths (the G2P's lexicons, imports, the agent's worker loop): warm them
+        # up so timing-based assertions see the steady state, leaving no synthesis in flight to delay the next.
+        async with httpx.AsyncClient(timeout=60) as client:
+            warm = await client.post(f"{server.base_url}/invocations", json={"text": "Hello there! Warming up."})
+            warm.raise_for_status()
+        async for event in post_sse(f"{agent.url}/invocations", {"prompt": "Warm up.", "mode": "bidi"}):
+            if event["type"] in ("text_delta", "error", "agent_end"):
+                break
+        return {mode: await invoke(agent.url, {"prompt": "Say hello.", "mode": mode}) for mode in ("bidi", "batch")}
+
+    return asyncio.run(both())
+
+
+def pcm_of(events: list[Event]) -> np.ndarray:
+    audio = b"".join(base64.b64decode(e["audio"]) for e in events if e["type"] == "audio_chunk")
+    return np.frombuffer(audio, dtype="<i2")
+
+
+def text_of(events: list[Event]) -> str:
+    return "".join(e["text"] for e in events if e["type"] == "text_delta")
+
+
+@pytest.mark.parametrize("mode", ["bidi", "batch"])
+def test_a_reply_is_well_formed_speech(replies: dict[str, list[Event]], mode: str) -> None:
+    events = replies[mode]
+    assert events[0]["type"] == "agent_start", events[0]
+    assert events[0]["mode"] == mode and events[0]["model"] == SIMULATED_NAME
+    assert events[-1]["type"] == "agent_end", events[-1]
+    assert not [e for e in events if e["type"] == "error"]
+    assert text_of(events) == TEST_REPLY
+    times = [e["t_ms"] for e in events]
+    assert times == sorted(times)
+    chunks = [e for e in events if e["type"] == "audio_chunk"]
+    assert [c["seq"] for c in chunks] == list(range(len(chunks)))
+    assert {(c["format"], c["sample_rate"]) for c in chunks} == {("pcm", 24000)}
+    pcm = pcm_of(events)
+    assert rms(pcm) > 300, "near-silent audio"
+    errors, words = word_errors(TEST_REPLY, transcribe(pcm))
+    assert errors / words <= 0.5, "the audio does not say the reply"
+    metrics = events[-1]["metrics"]
+    assert metrics["audio_ms"] == pytest.approx(len(pcm) / 24, abs=50)
+    assert 0 < metrics["first_text_ms"] <= metrics["first_sentence_ms"] <= metrics["total_ms"]
+    assert metrics["first_audio_ms"] <= metrics["total_ms"]
+
+
+def test_bidi_speaks_before_the_llm_is_done_and_batch_after(replies: dict[str, list[Event]]) -> None:
+    bidi, batch = replies["bidi"], replies["batch"]
+    assert index_of(bidi, "audio_chunk") < index_of(bidi, "text_delta", last=True)
+    assert index_of(batch, "audio_chunk") > index_of(batch, "text_delta", last=True)
+    assert [e["text"] for e in bidi if e["type"] == "sentence"] == [
+        "Hello there!",
+        "This reply is simulated.",
+        "It is short.",
+        "Goodbye now.",
+    ]
+    assert [e["index"] for e in bidi if e["type"] == "sentence_complete"] == [0, 1, 2, 3]
+    assert [e["text"] for e in batch if e["type"] == "sentence"] == [TEST_REPLY]
+    assert bidi[-1]["metrics"]["first_audio_ms"] < batch[-1]["metrics"]["first_audio_ms"]
+
+
+@pytest.mark.parametrize(
+    ("payload", "code"),
+    [
+        ({"prompt": "   "}, "empty_prompt"),
+        ({"mode": "bidi"}, "empty_prompt"),
+        ({"prompt": "Hi", "mode": "stream"}, "unknown_mode"),
+        ({"prompt": "Hi", "speed": 9}, "invalid_speed"),
+        ({"prompt": 42}, "invalid_request"),
+        ([1, 2], "invalid_request"),
+    ],
+)
+async def test_bad_requests_end_in_one_error_event(agent: AgentServer, payload: Any, code: str) -> None:
+    events = await invoke(agent.url, payload, timeout_s=10)
+    assert types(events) == ["error"] and events[0]["code"] == code
+
+
+@pytest.mark.parametrize("mode", ["bidi", "batch"])
+async def test_tts_down_is_tts_unavailable(mode: str) -> None:
+    model = make_model(**FAST)
+    with AgentServer(agent_settings(f"http://127.0.0.1:{free_port()}"), model).running() as down:
+        events = await invoke(down.url, {"prompt": "Hi", "mode": mode}, timeout_s=30)
+    assert events[-1]["type"] == "error" and events[-1]["code"] == "tts_unavailable", events[-1]
+    if mode == "batch":  # batch only calls the TTS once the reply is written: all of it reached the caller
+        assert text_of(events) == TEST_REPLY
+    await wait_for(lambda: all(s.closed for s in model.streams), message="the LLM stream to end")
+
+
+@pytest.mark.parametrize("mode", ["bidi", "batch"])
+async def test_llm_failing_mid_stream_is_llm_failed_after_the_text_so_far(
+    server: Any, tts_sessions: dict[str, int], mode: str
+) -> None:
+    model = make_model(fail_after_tokens=6, **FAST)
+    with AgentServer(agent_settings(server.base_url), model).running() as failing:
+        events = await invoke(failing.url, {"prompt": "Hi", "mode": mode}, timeout_s=30)
+    assert events[-1]["type"] == "error" and events[-1]["code"] == "llm_failed", events[-1]
+    assert "simulated LLM failure" in events[-1]["message"]
+    assert text_of(events) == "Hello there! This reply is"
+    if mode == "bidi":  # the session opened for the reply is closed with it
+        await wait_for(lambda: tts_sessions["ended"] == tts_sessions["started"] == 1, message="the TTS session")
+    else:  # batch never got as far as calling the TTS
+        assert tts_sessions["started"] == 0
+
+
+@pytest.mark.parametrize(("mode", "graceful"), [("bidi", False), ("batch", True)])
+async def test_tts_connection_lost_mid_reply_is_tts_session_dropped(server: Any, mode: str, graceful: bool) -> None:
+    # The proxy stands for the TTS server's process: cut() resets its connections as a crash would (or closes
+    # them without a goodbye: graceful), after the first audio has reached the caller.
+    with TCPProxy(server.port) as proxy:
+        with AgentServer(agent_settings(proxy.url), make_model(**FAST)).running() as agent_:
+            events: list[Event] = []
+            async with asyncio.timeout(60):
+                async for event in post_sse(f"{agent_.url}/invocations", {"prompt": "Hi", "mode": mode}):
+                    events.append(event)
+                    if event["type"] == "audio_chunk" and event["seq"] == 0:
+                        proxy.cut(graceful=graceful)
+    assert events[-1]["type"] == "error" and events[-1]["code"] == "tts_session_dropped", events[-1]
+    assert "audio_chunk" in types(events) and "agent_end" not in types(events)
+
+
+@pytest.mark.parametrize(("mode", "leave_after"), [("bidi", "audio_chunk"), ("batch", "text_delta")])
+async def test_a_caller_leaving_stops_the_llm_and_the_tts_session(
+    server: Any, tts_sessions: dict[str, int], mode: str, leave_after: str
+) -> None:
+    model = make_model()
+    with AgentServer(agent_settings(server.base_url), model).running() as agent_:
+        stream = post_sse(f"{agent_.url}/invocations", {"prompt": "Hi", "mode": mode})
+        async with asyncio.timeout(60):
+            async for event in stream:
+                if event["type"] == leave_after:
+                    break
+        await stream.aclose()  # type: ignore[attr-defined]  # hangs up: the connection closes here
+        await wait_for(lambda: model.streams and model.streams[0].closed, message="the LLM stream to stop")
+        record = model.streams[0]
+        assert record.cancelled and not record.completed
+        if mode == "bidi":
+            await wait_for(lambda: tts_sessions["ended"] == tts_sessions["started"] == 1, message="the TTS session")

@@ -1,0 +1,51 @@
+"""`python -m scripts.bench --quick` end to end: the real server and model, every section, every output file."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+SECTIONS = ("isolated_tts", "end_to_end", "transport", "load", "peer")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_quick_bench_writes_every_section(tmp_path: Path, model_dir: Path) -> None:
+    env = {**os.environ, "KOKORO_MODEL_DIR": str(model_dir)}
+    result = subprocess.run(
+        [sys.executable, "-m", "scripts.bench", "--quick", "--out", str(tmp_path)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=540,  # the target is 2 minutes on 2 idle cores; a CI machine shared with other jobs is slower
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+
+    results = json.loads((tmp_path / "latest.json").read_text())
+    for name in SECTIONS:
+        assert isinstance(results[name]["headline"], str) and results[name]["headline"], name
+    assert {"cores", "cpu_model", "backend"} <= set(results["machine"])
+    assert results["run"]["mode"] == "quick"
+
+    isolated = results["isolated_tts"]
+    assert set(isolated["variants"]) == {"a", "b", "c", "d"}
+    assert all(v["trials"] == 2 and v["ttfa_p50_ms"] > 0 for v in isolated["variants"].values())
+    assert [level["sessions"] for level in results["load"]["levels"]] == [1, 2]
+    transport = results["transport"]
+    assert transport["segments"] == 4
+    assert set(transport["formats"]) == {"pcm", "wav", "mp3", "aac", "opus"}
+    # base64 alone is 4/3 of the bytes: SSE framing costs at least a third more than binary frames.
+    assert transport["formats"]["pcm"]["sse_over_ws_pct"] > 33
+
+    markdown = (tmp_path / "latest.md").read_text()
+    assert all(f"## {name}" in markdown for name in SECTIONS)
+    for plot in ("isolated_tts.png", "load.png"):
+        assert (tmp_path / plot).read_bytes().startswith(b"\x89PNG"), plot

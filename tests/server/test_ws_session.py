@@ -1,0 +1,195 @@
+"""The bidirectional session (WS /invocations-bidirectional-stream) against the real server and model."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import pytest
+from support.ws_client import Transcript, completes, receive_until
+from websockets.asyncio.client import connect
+from websockets.exceptions import ConnectionClosed
+
+from scripts.speech import rms, transcribe, word_errors
+
+SENTENCES = [
+    "The weather is nice today.",
+    "Please call me back this afternoon.",
+    "She opened the door and walked into the room.",
+]
+
+
+async def test_three_utterances_as_binary_frames_arrive_in_order_and_are_speech(server: Any) -> None:
+    async with connect(server.ws_url) as ws:
+        for i, text in enumerate(SENTENCES):
+            await ws.send(json.dumps({"type": "synthesize", "id": f"s{i}", "text": text}).encode())
+        transcript = Transcript()
+        await receive_until(ws, transcript, completes(3))
+
+    control = [(f["type"], f["id"]) for f in transcript.json_frames()]
+    assert control == [(kind, f"s{i}") for i in range(3) for kind in ("synthesis_start", "synthesis_complete")]
+    utterances = transcript.utterances()
+    errors = words = 0
+    for i, text in enumerate(SENTENCES):
+        u = utterances[f"s{i}"]
+        assert u.start == {"type": "synthesis_start", "id": f"s{i}", "format": "pcm", "sample_rate": 24000}
+        assert u.complete is not None and u.complete["bytes"] == len(u.audio) > 0
+        assert u.complete["audio_ms"] == pytest.approx(len(u.audio) / 2 / 24, abs=1)
+        assert u.complete["synth_ms"] > 0
+        e, n = word_errors(text, transcribe(u.pcm()))
+        errors, words = errors + e, words + n
+    assert errors / words <= 0.05, f"word error rate {errors}/{words}"
+
+
+async def test_plain_text_and_text_frames_are_utterances(server: Any) -> None:
+    async with connect(server.ws_url) as ws:
+        await ws.send("Thank you for your patience.")  # a text frame that is not JSON: the text itself
+        await ws.send(b"  I would like a cup of coffee.")  # the same, as a binary frame
+        await ws.send(json.dumps({"text": "The train leaves at noon."}))  # an object with text and no type
+        transcript = Transcript()
+        await receive_until(ws, transcript, completes(3))
+    assert [f["id"] for f in transcript.json_frames("synthesis_complete")] == ["u1", "u2", "u3"]
+    heard = transcribe(transcript.utterances()["u1"].pcm())
+    assert word_errors("Thank you for your patience.", heard)[0] <= 1
+
+
+async def test_mandarin_is_non_silent_speech_of_plausible_length(server: Any) -> None:
+    text = "你好，欢迎使用语音助手。今天天气很好。"
+    async with connect(server.ws_url) as ws:
+        await ws.send(json.dumps({"text": text, "voice": "zf_xiaobei", "id": "zh"}))
+        transcript = Transcript()
+        await receive_until(ws, transcript, completes(1))
+    pcm = transcript.utterances()["zh"].pcm()
+    seconds = pcm.size / 24000
+    hanzi = sum(1 for ch in text if "\u4e00" <= ch <= "\u9fff")
+    assert 0.12 * hanzi <= seconds <= 0.6 * hanzi, f"{seconds:.2f} s for {hanzi} characters"
+    assert rms(pcm) > 500, "near-silent audio"
+    frames = pcm[: pcm.size // 240 * 240].reshape(-1, 240).astype(int)  # 10 ms frames
+    voiced = (abs(frames).mean(axis=1) > 300).mean()
+    assert voiced > 0.4
+
+
+async def test_config_sets_format_voice_and_speed_for_later_utterances(server: Any) -> None:
+    async with connect(server.ws_url) as ws:
+        await ws.send(json.dumps({"text": "Hello there.", "id": "a"}))
+        await ws.send(json.dumps({"type": "config", "format": "wav", "voice": "am_adam", "speed": 1.5}))
+        await ws.send(json.dumps({"text": "Hello there.", "id": "b"}))
+        transcript = Transcript()
+        await receive_until(ws, transcript, completes(2))
+    a, b = transcript.utterances()["a"], transcript.utterances()["b"]
+    assert a.start is not None and a.start["format"] == "pcm"
+    assert b.start is not None and b.start["format"] == "wav"
+    assert bytes(b.audio[:4]) == b"RIFF" and bytes(b.audio[8:12]) == b"WAVE"
+    assert b.complete is not None and a.complete is not None
+    assert b.complete["audio_ms"] < a.complete["audio_ms"] * 0.85  # spoken faster
+
+
+async def test_cancel_drops_queued_and_stops_in_flight(server: Any) -> None:
+    long_text = " ".join(f"This is sentence number {n} of a long reply." for n in range(1, 13))
+    async with connect(server.ws_url) as ws:
+        await ws.send(json.dumps({"text": long_text, "id": "long"}))
+        await ws.send(json.dumps({"text": "Never spoken.", "id": "queued"}))
+        transcript = Transcript()
+        await receive_until(ws, transcript, lambda f: f["type"] == "synthesis_start")
+        await ws.send(json.dumps({"type": "cancel"}))
+        await receive_until(ws, transcript, completes(2))
+        # The session still works after a cancel.
+        await ws.send(json.dumps({"text": "Still here.", "id": "after"}))
+        await receive_until(ws, transcript, lambda f: f["type"] == "synthesis_complete")
+    cancelled = {f["id"] for f in transcript.json_frames("cancelled")}
+    assert cancelled == {"long", "queued"}
+    assert [f["id"] for f in transcript.json_frames("synthesis_complete")] == ["after"]
+    long_audio = transcript.utterances()["long"].audio
+    assert 0 < len(long_audio) < 2 * 24000 * 30  # stopped well before the ~30 s the whole text takes
+
+
+async def test_cancel_by_id_leaves_the_others(server: Any) -> None:
+    async with connect(server.ws_url) as ws:
+        for uid in ("one", "two", "three"):
+            await ws.send(json.dumps({"text": f"Number {uid}.", "id": uid}))
+        await ws.send(json.dumps({"type": "cancel", "id": "three"}))
+        transcript = Transcript()
+        await receive_until(ws, transcript, completes(3))
+    assert [f["id"] for f in transcript.json_frames("synthesis_complete")] == ["one", "two"]
+    assert [f["id"] for f in transcript.json_frames("cancelled")] == ["three"]
+
+
+async def test_close_finishes_the_queue_then_closes_with_1000(server: Any) -> None:
+    async with connect(server.ws_url) as ws:
+        await ws.send(json.dumps({"text": "First.", "id": "1"}))
+        await ws.send(json.dumps({"text": "Second.", "id": "2"}))
+        await ws.send(json.dumps({"type": "close"}))
+        transcript = Transcript()
+        with pytest.raises(ConnectionClosed) as closed:
+            await receive_until(ws, transcript, lambda f: False)
+    assert closed.value.rcvd is not None and closed.value.rcvd.code == 1000
+    assert [f["id"] for f in transcript.json_frames("synthesis_complete")] == ["1", "2"]
+
+
+async def test_websocket_pings_are_answered(server: Any) -> None:
+    async with connect(server.ws_url, ping_interval=None) as ws:
+        for _ in range(3):
+            pong = await ws.ping()
+            await asyncio.wait_for(pong, timeout=5)
+
+
+async def test_disconnect_mid_utterance_stops_its_synthesis(server: Any) -> None:
+    counting = _CountingBackend.install(server)
+    long_text = " ".join(f"Here is sentence {n} of something long." for n in range(1, 21))
+    async with connect(server.ws_url) as ws:
+        await ws.send(json.dumps({"text": long_text}))
+        transcript = Transcript()
+        await receive_until(ws, transcript, lambda f: f["type"] == "synthesis_start")
+        started = counting.calls
+    await asyncio.sleep(3.0)  # time for several more sentences, had synthesis gone on
+    settled = counting.calls
+    await asyncio.sleep(2.0)
+    assert counting.calls == settled, "synthesis continued after the client left"
+    assert settled - started <= 3, "more chunks than the one in flight and the look-ahead"
+
+
+class _CountingBackend:
+    """Wraps the real backend to count inference calls (the model still does the work)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner, self.calls = inner, 0
+        self.name, self.device = inner.name, inner.device
+
+    def synthesize(self, *args: Any) -> Any:
+        self.calls += 1
+        return self.inner.synthesize(*args)
+
+    @classmethod
+    def install(cls, server: Any) -> _CountingBackend:
+        engine = server.engine
+        if not isinstance(engine.backend, cls):
+            engine.backend = cls(engine.backend)
+        backend: _CountingBackend = engine.backend
+        return backend
+
+
+async def test_a_new_utterance_is_not_stuck_behind_other_sessions_long_replies(server: Any) -> None:
+    long_text = " ".join(f"Sentence {n} of a reply that goes on for quite a while." for n in range(1, 13))
+    async with connect(server.ws_url) as long_a, connect(server.ws_url) as long_b, connect(server.ws_url) as short:
+        for ws in (long_a, long_b):
+            await ws.send(json.dumps({"text": long_text}))
+        for ws in (long_a, long_b):
+            assert json.loads(await ws.recv())["type"] == "synthesis_start"
+        frames_after = {"a": 0, "b": 0}
+
+        async def count(name: str, ws: Any) -> None:
+            while True:
+                if isinstance(await ws.recv(), bytes):
+                    frames_after[name] += 1
+
+        counters = [asyncio.create_task(count("a", long_a)), asyncio.create_task(count("b", long_b))]
+        await short.send(json.dumps({"text": "Quick question.", "id": "q"}))
+        transcript = Transcript()
+        await receive_until(short, transcript, lambda f: f["type"] == "synthesis_complete")
+        for task in counters:
+            task.cancel()
+        await asyncio.gather(*counters, return_exceptions=True)
+    # One chunk per PCM frame: the short utterance waited for at most the chunks already running or queued,
+    # not for the twenty-odd chunks the two long replies still had to go.
+    assert sum(frames_after.values()) <= 3, frames_after
