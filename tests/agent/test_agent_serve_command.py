@@ -15,7 +15,7 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import REPO
+from conftest import REPO, make_dry_run
 from voice_agent.settings import ENVIRONMENT
 
 from scripts.servers import free_port
@@ -60,12 +60,10 @@ def test_a_taken_port_is_one_line_before_anything_else() -> None:
 
 
 def test_make_agent_listens_on_8081_beside_make_serve_on_8080() -> None:
-    dry = subprocess.run(["make", "-n", "agent"], cwd=REPO, capture_output=True, text=True, timeout=60, check=True)
-    command = dry.stdout.strip().splitlines()[-1]
+    command = make_dry_run("agent")[-1]
     assert "voice-agent serve" in command and "--port 8081" in command, command
     assert "TTS_URL=http://127.0.0.1:8080" in command, command
-    served = subprocess.run(["make", "-n", "serve"], cwd=REPO, capture_output=True, text=True, timeout=60, check=True)
-    assert "--port 8080" in served.stdout.strip().splitlines()[-1]
+    assert "--port 8080" in make_dry_run("serve")[-1]
 
 
 def test_help_describes_each_option_and_every_environment_variable() -> None:

@@ -11,7 +11,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import REPO
+from conftest import REPO, make_dry_run
 
 from scripts.bench.__main__ import RESULTS, default_out, main, overwrites_full_run
 
@@ -43,13 +43,7 @@ def test_each_missing_prerequisite_is_one_line_with_its_fix(tmp_path: Path) -> N
 
 
 def test_make_test_checks_the_prerequisites_before_anything_else() -> None:
-    # Run under `make test` itself (CI), a nested make would print "Entering directory" first: start a fresh one.
-    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS")}
-    dry = subprocess.run(
-        ["make", "--no-print-directory", "-n", "test"], cwd=REPO, env=env, capture_output=True, text=True, timeout=60
-    )
-    assert dry.returncode == 0, dry.stderr
-    assert dry.stdout.splitlines()[0] == "scripts/check_prerequisites.sh"
+    assert make_dry_run("test")[0] == "scripts/check_prerequisites.sh"
 
 
 def test_quick_and_deployed_benchmarks_write_beside_the_full_results() -> None:
