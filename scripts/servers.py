@@ -101,11 +101,13 @@ def started(
 
 
 @contextlib.contextmanager
-def local_server(model_dir: Path, ready_timeout_s: float = 180.0) -> Iterator[str]:
+def local_server(
+    model_dir: Path, ready_timeout_s: float = 180.0, settings: dict[str, str] | None = None
+) -> Iterator[str]:
     """The real TTS server (``serve``, Hypercorn) in a child process on a free loopback port; its base URL once
-    /ping is 200. Stopped (SIGTERM, then SIGKILL) when the block ends."""
+    /ping is 200. Stopped (SIGTERM, then SIGKILL) when the block ends. ``settings``: KOKORO_* variables for it."""
     port = free_port()
-    env = {**os.environ, "KOKORO_MODEL_DIR": str(model_dir)}
+    env = {**os.environ, "KOKORO_MODEL_DIR": str(model_dir), **(settings or {})}
     argv = [*serve_command(), "--host", "127.0.0.1", "--port", str(port)]
     with started(argv, env, stop_timeout_s=30, name="the TTS server") as process:
         url = f"http://127.0.0.1:{port}"

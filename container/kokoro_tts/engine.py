@@ -1,15 +1,23 @@
-"""The synthesis engine: text in, int16 PCM chunks out, one chunk per sentence or clause.
+"""The synthesis engine: text in, int16 PCM pieces out, window by window.
 
-``TTSEngine.stream`` plans the utterance, then keeps one chunk of look-ahead: while chunk i is being sent,
-chunk i+1 is being synthesized. Every scheduler job is bounded: phonemizing one text chunk (at most
-``MAX_CHUNK_CHARS``), or running the model on one batch of at most 510 tokens; so no utterance can hold a worker
-for longer than one batch, whatever its text. Jobs are scheduled by deadline (see scheduler.py) so sessions share
-cores fairly. Stopping the iteration (client gone, cancel) drops the jobs not yet started.
+``TTSEngine.stream`` splits the utterance into text chunks (a sentence or a clause) and each chunk into token
+batches of at most 510 tokens. With the backend's two stages (``settings.windowed``, the onnx default) a batch's
+audio is then decoded in vocoder windows (vocoder_windows.py): the first job of a batch runs the prosody front
+and a short first window, every later job one more window, sized by the decoder's measured speed against the
+audio already queued. Without stages each batch is one job (the whole chunk at once).
+
+Every scheduler job is bounded: phonemizing one text chunk (at most ``MAX_CHUNK_CHARS``), or one window (or one
+batch); so no utterance holds a worker longer than that, whatever its text. Each job is due when the audio before
+it has finished playing (the first of an utterance: now), so another session's first window goes ahead of this
+one's later windows (scheduler.py). The stream keeps one job of look-ahead: while piece i is being sent, piece
+i+1 is being made. Stopping the iteration (client gone, cancel) drops the jobs not yet started: a cancel takes
+effect within one window.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import re
 import time
@@ -27,6 +35,7 @@ from .phonemes import Phonemizer, clean_text
 from .scheduler import DeadlineScheduler, Limit
 from .settings import Settings
 from .text_chunks import split_utterance
+from .vocoder_windows import ChunkWindows, WindowPlan, decode_in_windows
 from .voices import Voice, VoiceBank
 
 log = logging.getLogger(__name__)
@@ -48,8 +57,10 @@ class SpeechRequest:
 
 @dataclass(frozen=True)
 class AudioChunk:
+    """One piece of an utterance's audio: a vocoder window, or a whole token batch when not windowed."""
+
     index: int
-    text: str
+    text: str  # the text chunk it belongs to
     pcm: np.ndarray  # int16 mono at 24 kHz
     synth_ms: float  # compute time in the worker, queueing excluded
 
@@ -69,6 +80,12 @@ class TTSEngine:
         self.sessions = Limit("WebSocket sessions", settings.max_sessions)
         self.waiting = Limit("utterances waiting for their first audio", settings.max_waiting_first_chunks)
         self.http_streams = Limit("HTTP syntheses in flight", settings.max_http_streams)
+        self.window_plan = WindowPlan()
+        self._utterances = itertools.count(1)  # names each stream's jobs in the scheduler's history: "u7 window 2"
+
+    @property
+    def windowed(self) -> bool:
+        return self.settings.windowed and self.backend.stages is not None
 
     @classmethod
     def load(cls, settings: Settings) -> TTSEngine:
@@ -143,22 +160,33 @@ class TTSEngine:
         return float(speed)
 
     async def stream(self, request: SpeechRequest, due: float | None = None) -> AsyncGenerator[AudioChunk]:
-        """Audio batch by batch; a chunk with nothing speakable (emoji only, say) is skipped. ``due``: when the first
-        chunk is needed (loop time; default now), later for a session whose earlier audio is still playing."""
+        """Audio window by window (batch by batch when not windowed); a chunk with nothing speakable (emoji only,
+        say) is skipped. ``due``: when the first audio is needed (loop time; default now), later for a session
+        whose earlier audio is still playing."""
         loop = asyncio.get_running_loop()
+        tag = f"u{next(self._utterances)}"
         texts = deque(split_utterance(request.text))
         batches: deque[tuple[str, list[int]]] = deque()  # phonemized, not yet synthesized
+        decoding: _Decoding | None = None  # the batch whose windows are being decoded
         count = 0
 
         async def next_chunk(index: int, due: float) -> AudioChunk | None:
+            nonlocal decoding
+            if decoding is not None and not decoding.done:
+                return await self._window_job(index, decoding, due, f"{tag} window {index}")
             while not batches and texts:
                 text = texts.popleft()
-                for ids in await self.scheduler.run(partial(self._token_batches, text, request), due):
+                for ids in await self.scheduler.run(
+                    partial(self._token_batches, text, request), due, f"{tag} phonemes"
+                ):
                     batches.append((text, ids))
             if not batches:
                 return None
             text, ids = batches.popleft()
-            return await self._batch_job(index, text, ids, request, due)
+            if not self.windowed:
+                return await self._batch_job(index, text, ids, request, due, f"{tag} batch {index}")
+            decoding = _Decoding(text, ids, request, decoding.seconds_per_frame if decoding else 0.0)
+            return await self._window_job(index, decoding, due, f"{tag} window {index}")
 
         deadline = loop.time() if due is None else max(due, loop.time())
         pending: asyncio.Task[AudioChunk | None] | None = asyncio.create_task(next_chunk(0, deadline))
@@ -169,7 +197,7 @@ class TTSEngine:
                 if chunk is None:
                     break
                 count += 1
-                # Due when the audio sent so far has played: new first chunks elsewhere go ahead of this one.
+                # Due when the audio sent so far has played: new first windows elsewhere go ahead of this one.
                 deadline = max(deadline, loop.time()) + chunk.audio_ms / 1000.0
                 pending = asyncio.create_task(next_chunk(count, deadline))
                 if chunk.pcm.size:
@@ -180,24 +208,65 @@ class TTSEngine:
                 await asyncio.gather(pending, return_exceptions=True)
 
     async def _batch_job(
-        self, index: int, text: str, ids: list[int], request: SpeechRequest, deadline: float
+        self, index: int, text: str, ids: list[int], request: SpeechRequest, deadline: float, label: str
     ) -> AudioChunk:
         def job() -> tuple[np.ndarray, float]:
             started = time.perf_counter()
             pcm = float_to_pcm16(self.backend.synthesize(ids, request.voice.style(len(ids)), request.speed))
             return pcm, 1000.0 * (time.perf_counter() - started)
 
-        pcm, synth_ms = await self.scheduler.run(job, deadline)
+        pcm, synth_ms = await self.scheduler.run(job, deadline, label)
         return AudioChunk(index, text, pcm, synth_ms)
+
+    async def _window_job(self, index: int, decoding: _Decoding, deadline: float, label: str) -> AudioChunk:
+        """The batch's next window (its first also runs the prosody front), as large as the audio queued ahead of
+        it (``deadline``: when that audio has played) lets the decoder finish in time."""
+        stages = self.backend.stages
+        assert stages is not None
+
+        def job() -> tuple[np.ndarray, float]:
+            started = time.perf_counter()
+            if decoding.windows is None:
+                request = decoding.request
+                prosody = stages.front(decoding.ids, request.voice.style(len(decoding.ids)), request.speed)
+                decoding.windows = ChunkWindows(
+                    partial(stages.decode, prosody), prosody.frames, self.window_plan, decoding.seconds_per_frame
+                )
+            windows = decoding.windows
+            decoding.seconds_per_frame = windows.seconds_per_frame
+            # The loop's clock is time.monotonic: the seconds of audio still queued ahead of this window.
+            pcm = float_to_pcm16(windows.decode(windows.next_size(deadline - time.monotonic())))
+            return pcm, 1000.0 * (time.perf_counter() - started)
+
+        pcm, synth_ms = await self.scheduler.run(job, deadline, label)
+        return AudioChunk(index, decoding.text, pcm, synth_ms)
 
     def _token_batches(self, text: str, request: SpeechRequest) -> list[list[int]]:
         return self.phonemizer.token_batches(self.phonemizer.phonemes(text, request.voice.lang))
 
     def _synthesize_chunk(self, text: str, request: SpeechRequest) -> np.ndarray:
-        pieces = [
-            self.backend.synthesize(tokens, request.voice.style(len(tokens)), request.speed)
-            for tokens in self._token_batches(text, request)
-        ]
+        """A text chunk's whole audio, as the server makes it (in paced windows when windowed), in this thread."""
+        pieces: list[np.ndarray] = []
+        for tokens in self._token_batches(text, request):
+            style = request.voice.style(len(tokens))
+            if self.windowed and (stages := self.backend.stages) is not None:
+                prosody = stages.front(tokens, style, request.speed)
+                pieces += decode_in_windows(partial(stages.decode, prosody), prosody.frames, self.window_plan)
+            else:
+                pieces.append(self.backend.synthesize(tokens, style, request.speed))
         if not pieces:
             return np.zeros(0, dtype=np.int16)
         return float_to_pcm16(np.concatenate(pieces))
+
+
+class _Decoding:
+    """A token batch being decoded window by window; its windows exist once the first job has run the front."""
+
+    def __init__(self, text: str, ids: list[int], request: SpeechRequest, seconds_per_frame: float) -> None:
+        self.text, self.ids, self.request = text, ids, request
+        self.seconds_per_frame = seconds_per_frame  # the decoder's speed on the batch before, if any
+        self.windows: ChunkWindows | None = None
+
+    @property
+    def done(self) -> bool:
+        return self.windows is not None and self.windows.done

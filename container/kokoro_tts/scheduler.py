@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import heapq
 import itertools
+from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -54,6 +55,20 @@ class _Job:
     seq: int
     fn: Callable[[], Any] = field(compare=False)
     future: asyncio.Future[Any] = field(compare=False)
+    label: str = field(default="", compare=False)
+
+
+@dataclass
+class JobRecord:
+    """One job handed to a worker: what it was, when it was due and when it ran (loop time, i.e. monotonic)."""
+
+    label: str
+    deadline: float
+    started: float
+    finished: float | None = None  # None while it runs
+
+
+HISTORY = 512  # jobs kept in ``DeadlineScheduler.history``: enough to read one test's or one request's order
 
 
 class DeadlineScheduler:
@@ -66,6 +81,7 @@ class DeadlineScheduler:
         self._tasks: list[asyncio.Task[None]] = []
         self.started = 0  # jobs handed to a worker thread so far
         self.running = 0  # jobs in a worker thread now
+        self.history: deque[JobRecord] = deque(maxlen=HISTORY)  # the latest jobs run, oldest first
 
     @property
     def pending(self) -> int:
@@ -82,10 +98,11 @@ class DeadlineScheduler:
         self._tasks = []
         self._executor.shutdown(wait=False, cancel_futures=True)
 
-    async def run[T](self, fn: Callable[[], T], deadline: float) -> T:
-        """Run ``fn`` in a worker thread when its turn comes. Cancelling the caller drops a job not yet started."""
+    async def run[T](self, fn: Callable[[], T], deadline: float, label: str = "") -> T:
+        """Run ``fn`` in a worker thread when its turn comes. Cancelling the caller drops a job not yet started.
+        ``label`` names the job in ``history``."""
         future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
-        heapq.heappush(self._heap, _Job(deadline, next(self._seq), fn, future))
+        heapq.heappush(self._heap, _Job(deadline, next(self._seq), fn, future, label))
         self._ready.set()
         return await future
 
@@ -100,6 +117,8 @@ class DeadlineScheduler:
                 continue
             self.started += 1
             self.running += 1
+            record = JobRecord(job.label, job.deadline, loop.time())
+            self.history.append(record)
             try:
                 result = await loop.run_in_executor(self._executor, job.fn)
             except Exception as exc:  # handed to the caller, who decides what the client reads
@@ -109,4 +128,5 @@ class DeadlineScheduler:
                 if not job.future.done():
                     job.future.set_result(result)
             finally:
+                record.finished = loop.time()
                 self.running -= 1

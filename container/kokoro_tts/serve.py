@@ -41,6 +41,7 @@ ENVIRONMENT = {
     "KOKORO_SHUTDOWN_GRACE_S": "seconds from SIGTERM to exit (20)",
     "KOKORO_WORKERS": "inference jobs at once (1)",
     "KOKORO_THREADS": "threads per inference job (0: the backend chooses)",
+    "KOKORO_WINDOWED": "1: stream each chunk's audio in vocoder windows (onnx); 0: whole chunks",
     "KOKORO_WARMUP_TEXT": "the sentence synthesized once before /ping turns 200",
     "HOST, PORT": "the defaults of --host and --port",
     "LOG_LEVEL": "INFO, DEBUG, ...",

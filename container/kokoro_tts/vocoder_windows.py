@@ -77,6 +77,63 @@ class WindowPlan:
         return max(0, start - self.left_context), min(frames, stop + self.crossfade + self.right_context)
 
 
+class ChunkWindows:
+    """One chunk's audio, decoded one window per call (the engine runs each call as its own scheduler job).
+
+    Each call decodes its window with the plan's context, cross-fades its head with the previous window's
+    overhang and keeps its own overhang for the next; joined, the pieces are as long as the whole chunk's audio.
+    """
+
+    def __init__(
+        self,
+        decode: Decode,
+        frames: int,
+        plan: WindowPlan,
+        seconds_per_frame: float = 0.0,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
+        self._decode, self.frames, self.plan, self._clock = decode, frames, plan, clock
+        fade = plan.crossfade * SAMPLES_PER_FRAME
+        self._ramp = (np.arange(fade, dtype=np.float32) + 0.5) / fade if fade else np.zeros(0, np.float32)
+        self._held = np.zeros(0, dtype=np.float32)  # the previous window's overhang
+        self.start = 0  # the first aligned frame not yet decoded
+        self.last_size = 0  # frames in the window decoded last
+        # The decoder's speed on the last window, context included (0: not measured yet; a later chunk of the same
+        # utterance starts from the one before's).
+        self.seconds_per_frame = seconds_per_frame
+        self.decoded = 0  # frames the decoder ran on so far, context included
+
+    @property
+    def done(self) -> bool:
+        return self.start >= self.frames
+
+    def next_size(self, queued_s: float) -> int:
+        """The next window's size when ``queued_s`` seconds of audio are still to play ahead of it: a first window
+        while the decoder's speed is unknown, else paced (``WindowPlan.paced_size``)."""
+        if not self.seconds_per_frame:
+            return self.plan.first
+        return self.plan.paced_size(queued_s, self.seconds_per_frame, self.last_size)
+
+    def decode(self, size: int) -> np.ndarray:
+        """Audio of the next window of about ``size`` frames (a short tail is merged in: ``WindowPlan.stop``)."""
+        plan, start = self.plan, self.start
+        stop = plan.stop(start, size, self.frames)
+        lo, hi = plan.span(start, stop, self.frames)
+        began = self._clock()
+        audio = self._decode(lo, hi)
+        self.seconds_per_frame = (self._clock() - began) / (hi - lo)
+        self.decoded += hi - lo
+        keep_to = min(stop + plan.crossfade, self.frames)
+        piece = audio[(start - lo) * SAMPLES_PER_FRAME : (keep_to - lo) * SAMPLES_PER_FRAME].copy()
+        held, ramp = self._held, self._ramp
+        if held.size:
+            piece[: held.size] = held * (1.0 - ramp[: held.size]) + piece[: held.size] * ramp[: held.size]
+        cut = (stop - start) * SAMPLES_PER_FRAME
+        self._held = piece[cut:]
+        self.start, self.last_size = stop, stop - start
+        return piece[:cut]
+
+
 def decode_in_windows(
     decode: Decode,
     frames: int,
@@ -85,26 +142,19 @@ def decode_in_windows(
     clock: Callable[[], float] = time.perf_counter,
 ) -> Iterator[np.ndarray]:
     """Yield the chunk's audio window by window; joined, the pieces are as long as the whole chunk's audio.
-    ``paced``: size windows by the decoder's measured speed (module docstring); else ``plan.bounds``."""
-    fade = plan.crossfade * SAMPLES_PER_FRAME
-    ramp = (np.arange(fade, dtype=np.float32) + 0.5) / fade if fade else np.zeros(0, np.float32)
-    held = np.zeros(0, dtype=np.float32)  # the previous window's overhang, to cross-fade with this one's head
+    ``paced``: size windows by the decoder's measured speed (module docstring), playback starting with the first
+    window; else ``plan.bounds``."""
+    windows = ChunkWindows(decode, frames, plan, clock=clock)
     fixed = iter(plan.bounds(frames))
-    start, size, yielded_s, playing_since = 0, plan.first, 0.0, 0.0
-    while start < frames:
-        stop = plan.stop(start, size, frames) if paced else next(fixed)[1]
-        lo, hi = plan.span(start, stop, frames)
-        began = clock()
-        audio = decode(lo, hi)
-        seconds_per_frame = (clock() - began) / (hi - lo)
-        keep_to = min(stop + plan.crossfade, frames)
-        piece = audio[(start - lo) * SAMPLES_PER_FRAME : (keep_to - lo) * SAMPLES_PER_FRAME].copy()
-        if held.size:
-            piece[: held.size] = held * (1.0 - ramp[: held.size]) + piece[: held.size] * ramp[: held.size]
-        cut = (stop - start) * SAMPLES_PER_FRAME
-        held = piece[cut:]
-        yield piece[:cut]
-        if start == 0:
+    yielded_s, playing_since = 0.0, 0.0
+    while not windows.done:
+        if paced:
+            size = windows.next_size(yielded_s - (clock() - playing_since))
+        else:
+            start, stop = next(fixed)
+            size = stop - start
+        piece = windows.decode(size)
+        yield piece
+        if not yielded_s:
             playing_since = clock()
-        yielded_s += cut / SAMPLE_RATE
-        start, size = stop, plan.paced_size(yielded_s - (clock() - playing_since), seconds_per_frame, stop - start)
+        yielded_s += piece.size / SAMPLE_RATE

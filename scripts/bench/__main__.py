@@ -1,10 +1,12 @@
 """Run the benchmark: ``python -m scripts.bench [--quick] [--target local|deployed] [--out DIR]``.
 
-Local (the default) starts the real server on a free port and loads our engine in this process too (for the naive
-baseline and the kokoro-onnx comparison), then runs the sections one after the other, never two at once, so they
-do not compete for the cores. Writes DIR/latest.json, DIR/latest.md, DIR/isolated_tts.png and DIR/load.png; DIR
-is bench/results for a full local run (the figures the README quotes), bench/results/quick for --quick (ignored by
-git), bench/results/deployed for --target deployed. A quick run never writes over a full run's results.
+Local (the default) starts the real server on a free port, and beside it the same server with windowed vocoding
+switched off (KOKORO_WINDOWED=0, the side-by-side baseline of the first-window figures), and loads our engine in this
+process too (for the naive baseline and the kokoro-onnx comparison), then runs the sections one after the other,
+never two at once, so they do not compete for the cores. Writes DIR/latest.json, DIR/latest.md, DIR/isolated_tts.png
+and DIR/load.png; DIR is bench/results for a full local run (the figures the README quotes), bench/results/quick for
+--quick (ignored by git), bench/results/deployed for --target deployed. A quick run never writes over a full run's
+results.
 """
 
 from __future__ import annotations
@@ -17,13 +19,13 @@ import sys
 import time
 from collections.abc import Awaitable
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import nullcontext
+from contextlib import ExitStack
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from .client import REPO, cpu_model, drain, local_server
+from .client import REPO, WINDOWING_OFF, cpu_model, drain, local_server
 from .end_to_end import TTSTarget, run_end_to_end
 from .report import ABOUT, SECTIONS, Section, plot_isolated, plot_load, write_json, write_markdown
 
@@ -96,35 +98,42 @@ async def run_local(plan: Plan, url: str | None, started: float) -> tuple[dict[s
     from .peer import run_peer
     from .transport import run_transport
 
-    with ThreadPoolExecutor(1) as pool:
+    with ThreadPoolExecutor(1) as pool, ExitStack() as servers:
         loading = pool.submit(InProcess.load)  # meanwhile the server starts in its own process
-        with local_server() if url is None else nullcontext(url.rstrip("/")) as base:
-            inproc = loading.result()
-            inproc.engine.start()  # the deadline scheduler's worker, for TTSEngine.stream
-            try:
-                sections = {
-                    "isolated_tts": await timed("isolated_tts", run_isolated(base, inproc, plan.trials)),
-                    "end_to_end": await timed(
-                        "end_to_end", run_end_to_end(TTSTarget("local", url=base), plan.e2e_trials, lambda: drain(base))
+        base = servers.enter_context(local_server()) if url is None else url.rstrip("/")
+        # The same server with windowed vocoding switched off, idle while the other is measured: the side by side.
+        whole = servers.enter_context(local_server(env=WINDOWING_OFF)) if url is None else None
+        inproc = loading.result()
+        inproc.engine.start()  # the deadline scheduler's worker, for TTSEngine.stream
+
+        async def settle() -> None:
+            await drain(base)
+            if whole is not None:
+                await drain(whole)
+
+        try:
+            local, off = TTSTarget("local", url=base), TTSTarget("local", url=whole) if whole else None
+            sections = {
+                "isolated_tts": await timed("isolated_tts", run_isolated(base, inproc, plan.trials, whole)),
+                "end_to_end": await timed("end_to_end", run_end_to_end(local, plan.e2e_trials, settle, off)),
+                "transport": await timed("transport", run_transport(base, plan.segments)),
+                "load": await timed("load", run_load(base, plan.levels, whole)),
+            }
+            # Last, with the server idle: the comparison runs in this process.
+            used = time.perf_counter() - started
+            if plan.peer_after_s is not None and used > plan.peer_after_s:
+                sections["peer"] = Section.skipped(
+                    f"--quick had used {used:.0f} s (peer runs only within {plan.peer_after_s:.0f} s)"
+                )
+            else:
+                sections["peer"] = await timed(
+                    "peer",
+                    run_peer(
+                        inproc, plan.peer_trials, n_sentences=plan.peer_sentences, ttfa_trials=plan.peer_ttfa_trials
                     ),
-                    "transport": await timed("transport", run_transport(base, plan.segments)),
-                    "load": await timed("load", run_load(base, plan.levels)),
-                }
-                # Last, with the server idle: the comparison runs in this process.
-                used = time.perf_counter() - started
-                if plan.peer_after_s is not None and used > plan.peer_after_s:
-                    sections["peer"] = Section.skipped(
-                        f"--quick had used {used:.0f} s (peer runs only within {plan.peer_after_s:.0f} s)"
-                    )
-                else:
-                    sections["peer"] = await timed(
-                        "peer",
-                        run_peer(
-                            inproc, plan.peer_trials, n_sentences=plan.peer_sentences, ttfa_trials=plan.peer_ttfa_trials
-                        ),
-                    )
-            finally:
-                await inproc.engine.stop()
+                )
+        finally:
+            await inproc.engine.stop()
     return machine_info(inproc.backend), sections
 
 

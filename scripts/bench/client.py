@@ -177,10 +177,15 @@ async def concurrent(url: str, sessions: int, text: str = LONG) -> dict[str, obj
     }
 
 
+# The server with windowed vocoding switched off (whole chunks): the side-by-side baseline of the same run.
+WINDOWING_OFF = {"KOKORO_WINDOWED": "0"}
+
+
 @contextmanager
-def local_server(ready_timeout_s: float = 180) -> Iterator[str]:
-    """The real server on a free port with this run's weights (``scripts.servers.local_server``)."""
-    with servers.local_server(model_dir(), ready_timeout_s) as url:
+def local_server(ready_timeout_s: float = 180, env: dict[str, str] | None = None) -> Iterator[str]:
+    """The real server on a free port with this run's weights (``scripts.servers.local_server``); ``env``: settings
+    for this server on top of this process's environment (``WINDOWING_OFF``)."""
+    with servers.local_server(model_dir(), ready_timeout_s, env) as url:
         yield url
 
 

@@ -5,12 +5,19 @@
 ``t_ms`` since ``agent_start``; we record the first ``audio_chunk``, the first ``sentence`` and the gap between
 them, and the ratio batch/bidi of the first audio (the prototype: 2.4× local, 3.5× deployed).
 
+Locally, with a second server whose windowed vocoding is switched off (KOKORO_WINDOWED=0), bidi also runs against
+it ("bidi, windowing off"), interleaved, for the side-by-side "first sentence exists → its first audio". Then one
+bidi reply per server is heard to its end to count underruns: a player that starts at the first audio chunk and
+plays each chunk as it arrives runs dry (count, and the silence in all) whenever a chunk comes after the audio
+before it has finished playing.
+
 The pipeline is another module's work: it is looked up at run time, and when it is missing (or its interface is not
 the one expected) the section says "not measured" and the run goes on.
 """
 
 from __future__ import annotations
 
+import base64
 import importlib
 import sys
 import threading
@@ -80,8 +87,26 @@ def _scripted_source(model: Any, prompt: str) -> Callable[[threading.Event], Asy
     return source
 
 
-async def _one(pipeline: ModuleType, mode: str, channel: Any, settle: Settle | None) -> Row:
-    """One reply; with ``settle``, stopped at its first audio (then ``settle`` waits for an idle server)."""
+def underruns(chunks: list[tuple[float, float]]) -> tuple[int, float]:
+    """(times, ms of silence in all) a player runs dry after it started: ``chunks`` are (arrival ms, audio ms)
+    in order, the player starting at the first and playing each one as soon as it has both it and the time."""
+    count, silence, played_until = 0, 0.0, None
+    for arrived, audio_ms in chunks:
+        if played_until is not None and arrived > played_until:
+            count, silence = count + 1, silence + arrived - played_until
+        played_until = max(arrived, played_until or arrived) + audio_ms
+    return count, silence
+
+
+def _audio_ms(event: dict[str, Any]) -> float | None:
+    if event.get("format") != "pcm":
+        return None  # compressed: its length is not its byte count
+    return 1000.0 * len(base64.b64decode(event["audio"])) / 2 / int(event["sample_rate"])
+
+
+async def _one(pipeline: ModuleType, mode: str, channel: Any, settle: Settle | None, label: str | None = None) -> Row:
+    """One reply; with ``settle``, stopped at its first audio (then ``settle`` waits for an idle server), else
+    heard to its end (its underruns counted)."""
     from voice_agent.scripted_model import ScriptedModel
 
     model = ScriptedModel()  # the default cadence (0.6 s to the first token, 15 tokens/s), seeded: same every run
@@ -89,15 +114,21 @@ async def _one(pipeline: ModuleType, mode: str, channel: Any, settle: Settle | N
     events = run(_scripted_source(model, PROMPT), channel, model_name=model.name, options=pipeline.PipelineOptions())
     first_sentence = first_audio = None
     metrics: dict[str, Any] = {}
+    chunks: list[tuple[float, float]] = []
+    measurable = True
     async with aclosing(events) as stream:  # closing it cancels the LLM and hangs up the TTS
         async for event in stream:
             kind, t_ms = event["type"], float(event["t_ms"])
             if kind == "sentence" and first_sentence is None:
                 first_sentence = t_ms
-            elif kind == "audio_chunk" and first_audio is None:
-                first_audio = t_ms
-                if settle is not None:
-                    break
+            elif kind == "audio_chunk":
+                audio_ms = _audio_ms(event)
+                measurable = measurable and audio_ms is not None
+                chunks.append((t_ms, audio_ms or 0.0))
+                if first_audio is None:
+                    first_audio = t_ms
+                    if settle is not None:
+                        break
             elif kind == "error":
                 raise RuntimeError(f"{mode} ended with {event.get('code')}: {event.get('message')}")
             elif kind == "agent_end":
@@ -106,20 +137,30 @@ async def _one(pipeline: ModuleType, mode: str, channel: Any, settle: Settle | N
         await settle()
     if first_sentence is None or first_audio is None:
         raise RuntimeError(f"{mode}: no sentence or no audio before agent_end")
-    return {
-        "mode": mode,
+    row: Row = {
+        "mode": label or mode,
         "first_sentence_ms": first_sentence,
         "first_audio_ms": first_audio,
         "sentence_to_audio_ms": first_audio - first_sentence,
         "total_ms": metrics.get("total_ms"),  # only when the reply was heard to its end
     }
+    if settle is None and measurable:
+        row["underruns"], row["underrun_ms"] = underruns(chunks)
+    return row
 
 
-async def run_end_to_end(target: TTSTarget, trials: int, settle: Settle | None = None) -> Section:
+OFF = "bidi, windowing off"
+
+
+async def run_end_to_end(
+    target: TTSTarget, trials: int, settle: Settle | None = None, whole: TTSTarget | None = None
+) -> Section:
     """Both pipelines ``trials`` times each, alternating; "not measured" when the pipeline is not there.
 
     ``settle``: stop each reply at its first audio, then await this (local: ``client.drain``) before the next one;
     without it every reply plays to its end (deployed: an endpoint's instances cannot be drained from here).
+    ``whole``: the same server with windowing off; bidi runs on it too. With ``settle``, one bidi reply per
+    server is then heard to its end, for its underruns.
     """
     pipeline = _pipeline()
     if isinstance(pipeline, str):
@@ -127,10 +168,20 @@ async def run_end_to_end(target: TTSTarget, trials: int, settle: Settle | None =
     bidi_transport: Any = None
     try:
         bidi_transport, batch_tts = _channels(target)
+        off_transport = _channels(whole)[0] if whole is not None else None
         runs: dict[str, list[Row]] = {"bidi": [], "batch": []}
+        if off_transport is not None:
+            runs[OFF] = []
         for _ in range(trials):
             runs["bidi"].append(await _one(pipeline, "bidi", bidi_transport, settle))
             runs["batch"].append(await _one(pipeline, "batch", batch_tts, settle))
+            if off_transport is not None:
+                runs[OFF].append(await _one(pipeline, "bidi", off_transport, settle, OFF))
+        heard: list[Row] = []
+        if settle is not None:
+            heard.append(await _one(pipeline, "bidi", bidi_transport, None))
+            if off_transport is not None:
+                heard.append(await _one(pipeline, "bidi", off_transport, None, OFF))
     except Exception as exc:  # the pipeline is being written: a failure is reported, the other sections still run
         print(f"end_to_end failed: {exc!r}", file=sys.stderr)
         reason = f"the pipeline failed: {type(exc).__name__}: {exc}"
@@ -139,10 +190,10 @@ async def run_end_to_end(target: TTSTarget, trials: int, settle: Settle | None =
         aclose = getattr(bidi_transport, "aclose", None)  # the SageMaker transport holds an SDK client
         if aclose is not None:
             await aclose()
-    return _summary(target, trials, runs)
+    return _summary(target, trials, runs, heard)
 
 
-def _summary(target: TTSTarget, trials: int, runs: dict[str, list[Row]]) -> Section:
+def _summary(target: TTSTarget, trials: int, runs: dict[str, list[Row]], heard: list[Row]) -> Section:
     modes: dict[str, Row] = {}
     for mode, rows in runs.items():
         modes[mode] = {
@@ -162,10 +213,20 @@ def _summary(target: TTSTarget, trials: int, runs: dict[str, list[Row]]) -> Sect
         f"complete sentence to its first audio: bidi "
         f"{modes['bidi']['sentence_to_audio_ms_p50']:.0f} ms, batch {modes['batch']['sentence_to_audio_ms_p50']:.0f} ms"
     )
+    if OFF in modes:
+        ratio = float(modes["bidi"]["sentence_to_audio_ms_p50"]) / float(modes[OFF]["sentence_to_audio_ms_p50"])
+        headline += (
+            f"; with windowing off, bidi's first sentence → first audio "
+            f"{modes[OFF]['sentence_to_audio_ms_p50']:.0f} ms (windowed: {ratio:.2f}× that)"
+        )
+    for row in heard:
+        if "underruns" in row:
+            headline += f"; {row['mode']} heard to its end: {row['underruns']} underrun(s), {row['underrun_ms']:.0f} ms"
     return Section(
         headline,
         {
             "measured": True,
+            "heard_to_end": heard,
             "target": target.kind,
             "prompt": PROMPT,
             "llm": "scripted (simulated LLM): 0.6 s to the first token, 15 tokens/s",
@@ -175,5 +236,9 @@ def _summary(target: TTSTarget, trials: int, runs: dict[str, list[Row]]) -> Sect
             "seed_speedup": SEED_BIDI_SPEEDUP,
             "runs": runs,
         },
-        [("Per mode, ms after agent_start (p50)", list(modes.values())), ("Every run", runs["bidi"] + runs["batch"])],
+        [
+            ("Per mode, ms after agent_start (p50)", list(modes.values())),
+            ("Every run", [row for rows in runs.values() for row in rows]),
+        ]
+        + ([("Heard to the end: underruns (the player ran dry after it started)", heard)] if heard else []),
     )

@@ -4,7 +4,10 @@
 (b) its first sentence alone on the WS session (what a sentence-streaming agent sends first),
 (c) the whole reply over POST /invocations (the same server-side chunked streaming, over HTTP),
 (d) the naive baseline: one synthesis call on the whole reply, no chunking: G2P of the whole text, then the
-    backend once on all of its phonemes (in this process, so not even the wire is counted against it).
+    backend once on all of its phonemes (in this process, so not even the wire is counted against it),
+(e) the first sentence alone on a server with windowed vocoding switched off (KOKORO_WINDOWED=0), when the run
+    has one: its first audio is the sentence's whole engine time, and (b) over that engine time is the share of
+    a sentence its first window costs.
 """
 
 from __future__ import annotations
@@ -23,11 +26,12 @@ VARIANTS = {
     "b": "first sentence only, WS",
     "c": "whole reply, POST stream",
     "d": "one call on the whole text",
+    "e": "first sentence only, WS, windowing off",
 }
 NAIVE_HOW = "our backend called once on the whole text's phonemes, one batch, in-process"
 
 
-async def run_isolated(url: str, inproc: InProcess, trials: int) -> Section:
+async def run_isolated(url: str, inproc: InProcess, trials: int, whole_url: str | None = None) -> Section:
     await ws_once(url, SHORT)  # the first session of a process pays for imports and connection setup
     samples: dict[str, list[Sample]] = {key: [] for key in VARIANTS}
     # The whole reply is heard from its first byte on: hang up there, then wait for the worker to be free (drain),
@@ -37,6 +41,9 @@ async def run_isolated(url: str, inproc: InProcess, trials: int) -> Section:
         "b": (lambda: ws_once(url, FIRST_SENTENCE), False),
         "c": (lambda: post_first_audio(url, REPLY), True),
     }
+    if whole_url is not None:
+        await ws_once(whole_url, SHORT)
+        variants["e"] = (lambda: ws_once(whole_url, FIRST_SENTENCE), False)
     # Round-robin, not variant after variant: a burst of load from elsewhere then hits every variant alike.
     for _ in range(trials):
         for key, (measure, hung_up) in variants.items():
@@ -105,6 +112,16 @@ def summarize(samples: dict[str, list[Sample]], trials: int, *, naive_how: str |
             f"({comparisons['a_vs_d_gain_pct_p50']:.1f}% / "
             f"{comparisons.get('c_vs_d_gain_pct_p50', nan):.1f}% less wait)"
         )
+    if "e" in p50:
+        # The sentence's whole engine time, as the server without windows reports it (synthesis_complete).
+        whole_engine = pct([s.synth_ms for s in samples["e"] if s.synth_ms is not None], 0.5)
+        comparisons["first_window_over_whole_engine_p50"] = p50["b"] / whole_engine
+        comparisons["first_sentence_windowed_over_off_p50"] = p50["b"] / p50["e"]
+        headline += (
+            f"; windowed vocoding: the first sentence's first audio {p50['b']:.0f} ms is "
+            f"{comparisons['first_window_over_whole_engine_p50']:.2f}× its whole engine time ({whole_engine:.0f} ms; "
+            f"first audio with windowing off {p50['e']:.0f} ms)"
+        )
     table_rows = list(rows.values())
     comparison_rows: list[Row] = [
         {
@@ -134,6 +151,9 @@ def summarize(samples: dict[str, list[Sample]], trials: int, *, naive_how: str |
             "naive_baseline": naive_how,
             "variants": {key: rows[key] for key in rows},
             "ttfa_samples_ms": {key: [s.ttfa_ms for s in values] for key, values in samples.items()},
+            "synth_samples_ms": {
+                key: [s.synth_ms for s in values] for key, values in samples.items() if key in ("b", "e")
+            },
             "comparisons": comparisons,
             "seed": {"whole_ms": SEED_WHOLE_MS, "first_sentence_ms": SEED_FIRST_SENTENCE_MS},
         },

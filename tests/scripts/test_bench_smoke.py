@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from scripts.bench.end_to_end import underruns
+
 REPO = Path(__file__).resolve().parents[2]
 SECTIONS = ("isolated_tts", "end_to_end", "transport", "load", "peer")
 
@@ -36,9 +38,16 @@ def test_quick_bench_writes_every_section(tmp_path: Path, model_dir: Path) -> No
     assert results["run"]["mode"] == "quick"
 
     isolated = results["isolated_tts"]
-    assert set(isolated["variants"]) == {"a", "b", "c", "d"}
+    assert set(isolated["variants"]) == {"a", "b", "c", "d", "e"}  # e: the first sentence with windowing off
     assert all(v["trials"] == 2 and v["ttfa_p50_ms"] > 0 for v in isolated["variants"].values())
+    assert isolated["comparisons"]["first_window_over_whole_engine_p50"] > 0
     assert [level["sessions"] for level in results["load"]["levels"]] == [1, 2]
+    assert [level["sessions"] for level in results["load"]["windowing_off"]["levels"]] == [1, 2]
+    end_to_end = results["end_to_end"]
+    if end_to_end["measured"]:
+        assert set(end_to_end["modes"]) == {"bidi", "batch", "bidi, windowing off"}
+        assert [row["mode"] for row in end_to_end["heard_to_end"]] == ["bidi", "bidi, windowing off"]
+        assert all(row["underruns"] >= 0 for row in end_to_end["heard_to_end"])
     transport = results["transport"]
     assert transport["segments"] == 4
     assert set(transport["formats"]) == {"pcm", "wav", "mp3", "aac", "opus"}
@@ -49,3 +58,10 @@ def test_quick_bench_writes_every_section(tmp_path: Path, model_dir: Path) -> No
     assert all(f"## {name}" in markdown for name in SECTIONS)
     for plot in ("isolated_tts.png", "load.png"):
         assert (tmp_path / plot).read_bytes().startswith(b"\x89PNG"), plot
+
+
+def test_underruns_count_where_the_player_runs_dry() -> None:
+    # (arrival ms, audio ms): the second chunk comes 50 ms after the first has played out; the third in time.
+    assert underruns([(0.0, 300.0), (350.0, 1000.0), (1200.0, 500.0)]) == (1, 50.0)
+    assert underruns([(0.0, 300.0), (100.0, 300.0), (599.0, 10.0)]) == (0, 0.0)
+    assert underruns([]) == (0, 0.0)

@@ -240,11 +240,16 @@ async def test_each_scheduler_job_is_one_phonemization_or_one_model_batch(server
     engine = server.engine
     await wait_idle(engine, 60)
     calls: list[tuple[str, int]] = []
-    backend_synthesize, phonemes = engine.backend.synthesize, engine.phonemizer.phonemes
+    stages, phonemes = engine.backend.stages, engine.phonemizer.phonemes
+    front, decode = stages.front, stages.decode
 
-    def synthesize(tokens: list[int], style: Any, speed: float) -> Any:
+    def run_front(tokens: list[int], style: Any, speed: float) -> Any:
         calls.append(("batch", len(tokens)))
-        return backend_synthesize(tokens, style, speed)
+        return front(tokens, style, speed)
+
+    def run_window(prosody: Any, start: int = 0, stop: int | None = None) -> Any:
+        calls.append(("window", (prosody.frames if stop is None else stop) - start))
+        return decode(prosody, start, stop)
 
     def phonemize(text: str, lang: str) -> str:
         calls.append(("text", len(text)))
@@ -252,7 +257,8 @@ async def test_each_scheduler_job_is_one_phonemization_or_one_model_batch(server
 
     jobs_before = engine.scheduler.started
     mp = pytest.MonkeyPatch()
-    mp.setattr(engine.backend, "synthesize", synthesize)
+    mp.setattr(stages, "front", run_front)
+    mp.setattr(stages, "decode", run_window)
     mp.setattr(engine.phonemizer, "phonemes", phonemize)
     try:
         async with connect(server.ws_url) as ws:
@@ -262,10 +268,15 @@ async def test_each_scheduler_job_is_one_phonemization_or_one_model_batch(server
     finally:
         mp.undo()
     assert transcript.json_frames("synthesis_complete")
+    plan = engine.window_plan
+    longest_window = plan.largest + max(plan.first, plan.left_context) + plan.left_context + plan.right_context + 1
     assert all(n <= 510 for kind, n in calls if kind == "batch")
+    assert all(n <= longest_window for kind, n in calls if kind == "window")
     assert all(n <= MAX_CHUNK_CHARS for kind, n in calls if kind == "text")
-    # One job per call: before, the whole word was one job (phonemes and every batch together).
-    assert engine.scheduler.started - jobs_before == len(calls) >= 8
+    # One job per phonemization or vocoder window (a batch's prosody front runs in its first window's job): before,
+    # the whole word was one job (phonemes and every batch together).
+    jobs = len([kind for kind, _ in calls if kind != "batch"])
+    assert engine.scheduler.started - jobs_before == jobs >= 8
 
 
 # --- 6: connections and bodies -----------------------------------------------------------------------------------
@@ -365,9 +376,9 @@ async def test_a_sessions_next_sentence_is_due_when_its_earlier_audio_has_played
     slack: list[float] = []
     run = engine.scheduler.run
 
-    async def recording(fn: Any, deadline: float) -> Any:
+    async def recording(fn: Any, deadline: float, label: str = "") -> Any:
         slack.append(deadline - asyncio.get_running_loop().time())
-        return await run(fn, deadline)
+        return await run(fn, deadline, label)
 
     mp = pytest.MonkeyPatch()
     mp.setattr(engine.scheduler, "run", recording)

@@ -2,11 +2,13 @@
 
 ``onnx`` (onnxruntime: the CPU by default, the CUDA provider when present) is the embedded default;
 ``torch`` runs the kokoro package's KModel on a GPU from the same weight layout (optional extra ``gpu``): Hugging
-Face's kokoro-v1_0.pth, or the weights ``derive-torch`` recovers from the ONNX export.
+Face's kokoro-v1_0.pth, or the weights ``derive-torch`` recovers from the ONNX export. Only the onnx backend has
+``stages`` (windowed decoding) so far; the torch backend synthesizes whole chunks.
 """
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
@@ -16,6 +18,17 @@ from ..settings import Settings
 
 if TYPE_CHECKING:
     from ..weights.layout import WeightLayout
+    from .stages import Prosody
+
+log = logging.getLogger(__name__)
+
+
+class Stages(Protocol):
+    """Kokoro in two stages (stages.py): the prosody front once per chunk, then the decoder window by window."""
+
+    def front(self, tokens: list[int], style: np.ndarray, speed: float) -> Prosody: ...
+
+    def decode(self, prosody: Prosody, start: int = 0, stop: int | None = None) -> np.ndarray: ...
 
 
 class Backend(Protocol):
@@ -23,19 +36,33 @@ class Backend(Protocol):
     device: str
     model_file: str  # the weights file, relative to the layout (its checksum is in the manifest)
 
+    @property
+    def stages(self) -> Stages | None:
+        """The two stages for windowed decoding; None: this backend synthesizes whole chunks only."""
+        ...
+
     def synthesize(self, tokens: list[int], style: np.ndarray, speed: float) -> np.ndarray:
         """Float32 mono audio at 24 kHz for at most 510 phoneme tokens; blocking, called from a worker thread."""
         ...
 
 
 def load_backend(settings: Settings) -> Backend:
-    from ..weights.layout import WeightLayout
+    from ..weights.layout import DECODER_GRAPH, FRONT_GRAPH, WeightLayout
 
     layout = WeightLayout(settings.model_dir)
     if settings.backend == "onnx":
         from .onnx import OnnxBackend
 
-        return OnnxBackend(layout.onnx_path, device=settings.device, threads=settings.threads)
+        stages = (layout.root / FRONT_GRAPH, layout.root / DECODER_GRAPH)
+        if settings.windowed and not all(path.is_file() for path in stages):
+            log.warning("the layout has no stage graphs (kokoro-weights derive-stages): whole chunks, no windows")
+        use_stages = settings.windowed and all(path.is_file() for path in stages)
+        return OnnxBackend(
+            layout.onnx_path,
+            device=settings.device,
+            threads=settings.threads,
+            stage_paths=stages if use_stages else None,
+        )
     if settings.backend == "torch":
         from .torch import TorchBackend
 

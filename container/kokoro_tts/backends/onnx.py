@@ -2,28 +2,30 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort
 
+from .stages import OnnxStages, session
+
 
 class OnnxBackend:
+    """The monolithic graph (``synthesize``: a whole chunk at once) and, when the layout has the derived stage
+    graphs, ``stages`` (the prosody front and the vocoder decoder, for windowed decoding: engine.py)."""
+
     name = "onnx"
 
-    def __init__(self, model_path: Path, device: str = "auto", threads: int = 0) -> None:
+    def __init__(
+        self, model_path: Path, device: str = "auto", threads: int = 0, stage_paths: tuple[Path, Path] | None = None
+    ) -> None:
         available = ort.get_available_providers()
         want_cuda = device in ("auto", "cuda") and "CUDAExecutionProvider" in available
         if device == "cuda" and not want_cuda:
             raise RuntimeError(f"KOKORO_DEVICE=cuda but onnxruntime offers only {available}")
         providers = ["CUDAExecutionProvider", "CPUExecutionProvider"] if want_cuda else ["CPUExecutionProvider"]
-        options = ort.SessionOptions()
-        # One job uses every core: on a CPU the lowest latency comes from one inference at a time.
-        options.intra_op_num_threads = threads or (os.cpu_count() or 1)
-        options.inter_op_num_threads = 1
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        self._session = ort.InferenceSession(str(model_path), options, providers=providers)
+        self._session = session(model_path, threads, providers)
+        self.stages = OnnxStages(*stage_paths, threads, providers) if stage_paths else None
         self.device = "cuda" if want_cuda else "cpu"
         self.model_file = model_path.name
         # Exports differ in naming (the PyPI mirror: tokens → audio; onnx-community: input_ids → waveform).

@@ -17,6 +17,7 @@ The graphs are derived with onnx's own extractor at ``make weights`` time (scrip
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -57,21 +58,23 @@ class Prosody:
         }
 
 
-def cpu_session(path: Path, threads: int = 0) -> ort.InferenceSession:
+def session(path: Path, threads: int = 0, providers: Sequence[str] = ("CPUExecutionProvider",)) -> ort.InferenceSession:
     options = ort.SessionOptions()
+    # One job uses every core: on a CPU the lowest latency comes from one inference at a time.
     options.intra_op_num_threads = threads or (os.cpu_count() or 1)
     options.inter_op_num_threads = 1
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    return ort.InferenceSession(str(path), options, providers=list(providers))
 
 
 class OnnxStages:
     """The two derived graphs, run on their own: ``front`` once per chunk, ``decode`` per window."""
 
-    def __init__(self, front: Path, decoder: Path, threads: int = 0) -> None:
-        # The CPU only for now: the torch backend serves GPUs (its stages are still to be exposed).
-        self._front = cpu_session(front, threads)
-        self._decoder = cpu_session(decoder, threads)
+    def __init__(
+        self, front: Path, decoder: Path, threads: int = 0, providers: Sequence[str] = ("CPUExecutionProvider",)
+    ) -> None:
+        self._front = session(front, threads, providers)
+        self._decoder = session(decoder, threads, providers)
 
     def front(self, tokens: list[int], style: np.ndarray, speed: float) -> Prosody:
         style = np.asarray(style, dtype=np.float32).reshape(1, -1)

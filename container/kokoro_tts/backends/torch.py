@@ -10,9 +10,12 @@ import logging
 import tempfile
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from . import Stages
 
 log = logging.getLogger(__name__)
 
@@ -104,6 +107,9 @@ class TorchBackend:
         if self.device == "cpu" and threads:
             torch.set_num_threads(threads)
         self.model_file = model_path.name
+        # Whole chunks only: KModel's sine generator draws a random initial phase per chunk, so its stages would
+        # need the source made once per chunk (as the onnx front does) before windows could share it.
+        self.stages: Stages | None = None
         self._model = load_kmodel(config_path, model_path).to(self.device).eval()
 
     def synthesize(self, tokens: list[int], style: np.ndarray, speed: float) -> np.ndarray:
