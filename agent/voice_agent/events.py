@@ -30,6 +30,7 @@ class ErrorCode(StrEnum):
     LLM_TIMEOUT = "llm_timeout"  # no token for llm_idle_timeout_s
     # The TTS server
     TTS_UNAVAILABLE = "tts_unavailable"  # no session / no answer: the server is down or not ready
+    TTS_BUSY = "tts_busy"  # the server refused the work with server_busy (still so after tts_busy_retry_s of retries)
     TTS_SESSION_DROPPED = "tts_session_dropped"  # the session or response stream was lost mid-reply
     TTS_ERROR = "tts_error"  # the server refused (its own code is in ``tts_code``)
     TTS_TIMEOUT = "tts_timeout"  # no audio for tts_idle_timeout_s while a sentence was waiting

@@ -18,7 +18,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import random
 import threading
+import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
@@ -54,6 +56,9 @@ class PipelineOptions:
     session: SessionOptions = field(default_factory=SessionOptions)
     tts_connect_timeout_s: float = 10.0
     tts_idle_timeout_s: float = 30.0
+    # A batch request the TTS server refuses with server_busy is tried again, after its Retry-After or a doubling
+    # back-off, until this long has passed since the first try; then the reply ends with tts_busy.
+    tts_busy_retry_s: float = 10.0
     llm_idle_timeout_s: float = 60.0
     chunk_min_chars: int = 0
     chunk_eager: bool = False
@@ -324,7 +329,9 @@ class _Bidi:
                         await self.run.post(events.sentence_complete(failed, 0.0, skipped=frame.code))
                         continue
                     where = f"sentence {failed}" if failed is not None else "the session"
-                    raise _Fail(ErrorCode.TTS_ERROR, f"the TTS server refused {where}: {frame.message}", frame.code)
+                    # server_busy mid-reply is not retried: the sentences after it are queued already, in order.
+                    code = ErrorCode.TTS_BUSY if frame.code == TTSErrorCode.SERVER_BUSY else ErrorCode.TTS_ERROR
+                    raise _Fail(code, f"the TTS server refused {where}: {frame.message}", frame.code)
 
     def _index(self, utterance_id: str) -> int:
         try:
@@ -370,22 +377,28 @@ async def _batch(run: _Run, source: TextSource, batch: BatchTTS) -> None:
     # The whole reply is the one utterance: sentence 0.
     await run.post(events.sentence(0, text))
     fmt = options.session.format
-    stream = aiter(batch.synthesize(text, options.session))
+    retry = BusyRetry(options.tts_busy_retry_s)
+    while True:  # until the server takes the request (its first bytes arrive) or refuses it for good
+        stream = aiter(batch.synthesize(text, options.session))
+        try:
+            data = await _read_batch(stream, options)
+            break
+        except TTSTransportError as exc:
+            await _aclose(stream)
+            wait = retry.wait_s(exc.retry_after_s) if exc.code == ErrorCode.TTS_BUSY else None
+            if wait is None:
+                if exc.code == ErrorCode.TTS_BUSY and retry.tries > 1:
+                    exc.message += f" (still busy after {retry.tries} tries in {retry.elapsed_s():.1f} s)"
+                raise _Fail.from_transport(exc) from exc
+            log.info("the TTS server is busy; trying again in %.1f s (try %d)", wait, retry.tries + 1)
+            await asyncio.sleep(wait)
+        except BaseException:
+            await _aclose(stream)
+            raise
     pending = bytearray()
     seq = n_bytes = 0
     try:
-        while True:
-            try:
-                async with asyncio.timeout(options.tts_idle_timeout_s):
-                    data = await anext(stream, None)
-            except TimeoutError:
-                raise _Fail(ErrorCode.TTS_TIMEOUT, f"no audio for {options.tts_idle_timeout_s:g} s") from None
-            except TTSTransportError as exc:
-                raise _Fail.from_transport(exc) from exc
-            except Exception as exc:
-                raise _Fail(ErrorCode.TTS_SESSION_DROPPED, f"the TTS response failed: {exc!r}") from exc
-            if data is None:
-                break
+        while data is not None:
             pending += data
             # HTTP cuts the body anywhere: keep PCM chunks to whole 16-bit samples so each decodes alone.
             cut = len(pending) - len(pending) % 2 if fmt == "pcm" else len(pending)
@@ -394,14 +407,61 @@ async def _batch(run: _Run, source: TextSource, batch: BatchTTS) -> None:
                 del pending[:cut]
                 seq += 1
                 n_bytes += cut
+            try:
+                data = await _read_batch(stream, options)
+            except TTSTransportError as exc:
+                raise _Fail.from_transport(exc) from exc
     finally:
-        aclose = getattr(stream, "aclose", None)
-        if aclose is not None:
-            with contextlib.suppress(Exception):
-                await aclose()
+        await _aclose(stream)
     if n_bytes == 0:
         raise _Fail(ErrorCode.TTS_ERROR, "the TTS server answered with no audio")
     await run.post(events.sentence_complete(0, pcm_ms(n_bytes, SAMPLE_RATE) if fmt == "pcm" else 0.0))
+
+
+async def _read_batch(stream: AsyncIterator[bytes], options: PipelineOptions) -> bytes | None:
+    """The response's next bytes (None at its end); a transport's coded error is raised as it is."""
+    try:
+        async with asyncio.timeout(options.tts_idle_timeout_s):
+            return await anext(stream, None)
+    except TimeoutError:
+        raise _Fail(ErrorCode.TTS_TIMEOUT, f"no audio for {options.tts_idle_timeout_s:g} s") from None
+    except TTSTransportError:
+        raise
+    except Exception as exc:
+        raise _Fail(ErrorCode.TTS_SESSION_DROPPED, f"the TTS response failed: {exc!r}") from exc
+
+
+async def _aclose(stream: AsyncIterator[bytes]) -> None:
+    aclose = getattr(stream, "aclose", None)
+    if aclose is not None:
+        with contextlib.suppress(Exception):
+            await aclose()
+
+
+class BusyRetry:
+    """When to try a request the server refused as busy again: after a doubling back-off (0.5 s, 1 s, 2 s, up to
+    4 s) or the server's Retry-After if longer, stretched by up to a quarter at random so that clients refused
+    together do not come back together; never past ``budget_s`` from the first try (then ``wait_s`` says None:
+    give up now rather than wait in vain)."""
+
+    FIRST_S = 0.5
+    LONGEST_S = 4.0
+
+    def __init__(self, budget_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.budget_s, self._clock = budget_s, clock
+        self._start = clock()
+        self.tries = 1
+
+    def elapsed_s(self) -> float:
+        return self._clock() - self._start
+
+    def wait_s(self, retry_after_s: float | None) -> float | None:
+        backoff = min(self.LONGEST_S, self.FIRST_S * 2 ** (self.tries - 1))
+        wait = max(backoff, retry_after_s or 0.0) * random.uniform(1.0, 1.25)
+        if self.elapsed_s() + wait > self.budget_s:
+            return None
+        self.tries += 1
+        return wait
 
 
 async def run_batch(

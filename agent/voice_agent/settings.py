@@ -32,6 +32,7 @@ ENVIRONMENT: tuple[tuple[str, str], ...] = (
     ("TTS_SPEED", "the speed when a request gives none, 0.5-2.0 (default: 1.0)"),
     ("TTS_CONNECT_TIMEOUT_S", "seconds to open a TTS session (default 10)"),
     ("TTS_IDLE_TIMEOUT_S", "longest wait for audio that is owed (default 30)"),
+    ("TTS_BUSY_RETRY_S", "how long a batch reply retries a TTS server that answers server_busy (default 10)"),
     ("LLM_IDLE_TIMEOUT_S", "longest wait for the LLM's next token (default 60)"),
     ("CHUNK_MIN_CHARS", "merge sentences shorter than this into the next (default 0: off)"),
     ("CHUNK_EAGER", "1: let the first chunk out at a clause break, for sooner audio (default off; chunker.py)"),
@@ -97,6 +98,8 @@ class AgentSettings:
     # Longest wait for the next audio while a sentence is waiting for it (the first chunk of a long sentence
     # on a busy CPU takes a few seconds).
     tts_idle_timeout_s: float = field(default_factory=lambda: _float("TTS_IDLE_TIMEOUT_S", 30.0))
+    # How long a batch reply keeps retrying a TTS server that refuses it with server_busy (then: tts_busy).
+    tts_busy_retry_s: float = field(default_factory=lambda: _float("TTS_BUSY_RETRY_S", 10.0))
     # Longest wait for the LLM's next token (the first one included).
     llm_idle_timeout_s: float = field(default_factory=lambda: _float("LLM_IDLE_TIMEOUT_S", 60.0))
     # Sentences shorter than this are merged into the next one (0 = off; see chunker.py).

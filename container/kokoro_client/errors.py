@@ -52,10 +52,11 @@ _STATUS = {
 class TTSError(Exception):
     """A failure the client caused or can work around; ``message`` is written for the client."""
 
-    def __init__(self, code: ErrorCode, message: str) -> None:
+    def __init__(self, code: ErrorCode, message: str, retry_after_s: int | None = None) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
+        self.retry_after_s = retry_after_s  # server_busy: when to try again (HTTP sends it as Retry-After)
 
     @property
     def http_status(self) -> int:

@@ -25,17 +25,30 @@ def request_body(text: str, options: SessionOptions) -> dict[str, Any]:
     return body
 
 
-def error_from_response(status: int, body: bytes) -> TTSTransportError:
-    """The server's ``{"error": {"code", "message"}}`` (docs/protocol.md) → a transport error with a stable code."""
+def error_from_response(status: int, body: bytes, retry_after: str | None = None) -> TTSTransportError:
+    """The server's ``{"error": {"code", "message"}}`` (docs/protocol.md) → a transport error with a stable code;
+    ``retry_after``: the Retry-After header (seconds), which comes with ``server_busy``."""
     code, message = None, body[:300].decode("utf-8", "replace")
     try:
         error = json.loads(body).get("error", {})
         code, message = str(error["code"]), str(error.get("message", ""))
     except (ValueError, AttributeError, KeyError, TypeError):
         pass
+    if code == "server_busy":
+        return TTSTransportError(
+            "tts_busy", f"the TTS server is busy ({status}): {message}", code, _seconds(retry_after)
+        )
     if status == 503 or code == "not_ready":
         return TTSTransportError("tts_unavailable", f"the TTS server is not ready ({status}): {message}", code)
     return TTSTransportError("tts_error", f"the TTS server refused the text ({status} {code}): {message}", code)
+
+
+def _seconds(retry_after: str | None) -> float | None:
+    """Retry-After in seconds (the HTTP-date form is not one this server sends)."""
+    try:
+        return max(0.0, float(retry_after)) if retry_after else None
+    except ValueError:
+        return None
 
 
 class HTTPBatchTTS:
@@ -71,7 +84,8 @@ class HTTPBatchTTS:
             async with client.stream("POST", self.url, json=request_body(text, options)) as response:
                 answered = True
                 if response.status_code != 200:
-                    raise error_from_response(response.status_code, await response.aread())
+                    body = await response.aread()
+                    raise error_from_response(response.status_code, body, response.headers.get("retry-after"))
                 async for data in response.aiter_bytes():
                     yield data
         except httpx.ConnectTimeout as exc:

@@ -13,8 +13,11 @@ from typing import Any
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, ConnectionClosedOK, InvalidStatus
 
-from .protocol import WS_PATH
+from .errors import ErrorCode
+from .protocol import CLOSE_TRY_AGAIN_LATER, WS_PATH
 from .session import AudioEvent, SessionOptions, TTSEvent, TTSTransportError, classify_chunk
+
+BUSY = ErrorCode.SERVER_BUSY.value
 
 
 def ws_url(base_url: str) -> str:
@@ -37,7 +40,7 @@ class LocalWSSession:
         try:
             await self._ws.send(json.dumps(message, ensure_ascii=False))
         except ConnectionClosed as exc:
-            raise TTSTransportError("tts_session_dropped", f"the TTS session closed: {exc}") from exc
+            raise _closed(exc, "the TTS session closed") from exc
 
     async def configure(self, options: SessionOptions) -> None:
         message: dict[str, Any] = {"type": "config", "format": options.format}
@@ -70,11 +73,19 @@ class LocalWSSession:
         except ConnectionClosedOK:
             return  # the server finished (after our close) or went away cleanly: the pipeline checks what is missing
         except ConnectionClosed as exc:
-            raise TTSTransportError("tts_session_dropped", f"the TTS session was lost: {exc}") from exc
+            raise _closed(exc, "the TTS session was lost") from exc
 
     async def aclose(self) -> None:
         # Closing the socket is what tells the server to stop synthesizing (docs/protocol.md).
         await self._ws.close()
+
+
+def _closed(exc: ConnectionClosed, what: str) -> TTSTransportError:
+    """``tts_busy`` when the server refused the session (accepted, then closed with 1013 "server_busy: …", as at
+    its session cap: docs/protocol.md), else ``tts_session_dropped``."""
+    if exc.rcvd is not None and exc.rcvd.code == CLOSE_TRY_AGAIN_LATER and exc.rcvd.reason.startswith(BUSY):
+        return TTSTransportError("tts_busy", f"the TTS server is busy: {exc.rcvd.reason}", BUSY)
+    return TTSTransportError("tts_session_dropped", f"{what}: {exc}")
 
 
 class LocalWSTransport:

@@ -97,6 +97,8 @@ class SageMakerBatchTTS:
             status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
             message = f"SageMaker refused the request ({error.get('Code')}): {error.get('Message')}"
             tts_code = _server_code(error.get("Message", ""))
+            if tts_code == "server_busy":  # the container's admission control: retry later
+                raise TTSTransportError("tts_busy", message, tts_code) from exc
             if status >= 500 or error.get("Code") in ("ServiceUnavailable", "InternalFailure"):
                 raise TTSTransportError("tts_unavailable", message, tts_code) from exc
             raise TTSTransportError("tts_error", message, tts_code) from exc

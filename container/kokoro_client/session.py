@@ -46,15 +46,19 @@ TTSEvent = AudioEvent | ControlEvent
 class TTSTransportError(Exception):
     """A transport failure with a stable code, so the pipeline can tell the caller what happened.
 
-    Codes: ``tts_unavailable`` (never connected, or the server is not ready), ``tts_session_dropped`` (the
+    Codes: ``tts_unavailable`` (never connected, or the server is not ready), ``tts_busy`` (the server refused
+    new work with ``server_busy``: retry later, after ``retry_after_s`` when it said), ``tts_session_dropped`` (the
     connection was lost mid-reply) and ``tts_error`` (the server refused the request; ``tts_code`` is its code).
     """
 
-    def __init__(self, code: str, message: str, tts_code: str | None = None) -> None:
+    def __init__(
+        self, code: str, message: str, tts_code: str | None = None, retry_after_s: float | None = None
+    ) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
         self.tts_code = tts_code
+        self.retry_after_s = retry_after_s
 
 
 @dataclass(frozen=True)

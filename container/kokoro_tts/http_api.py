@@ -39,7 +39,8 @@ OPENAI_VOICES = {
 
 
 def error_response(error: TTSError) -> JSONResponse:
-    return JSONResponse({"error": error.to_dict()}, status_code=error.http_status)
+    headers = {"Retry-After": str(error.retry_after_s)} if error.retry_after_s is not None else None
+    return JSONResponse({"error": error.to_dict()}, status_code=error.http_status, headers=headers)
 
 
 class ClientGone(Exception):
@@ -193,6 +194,7 @@ def _json_body(body: bytes) -> dict[str, Any]:
 
 
 async def _stream(request: Request, engine: TTSEngine, speech: SpeechRequest, fmt: AudioFormat) -> Response:
+    engine.scheduler.admit(engine.settings.max_first_audio_wait_s)  # server_busy when too far behind already
     engine.http_streams.acquire()  # released when the response ends, however it ends
     try:
         chunks = engine.stream(speech)

@@ -4,6 +4,12 @@ Each job carries the time by which its audio is needed: a new utterance's first 
 chunk is needed when the audio already sent will have finished playing. So a long reply, whose next chunk has
 seconds of slack, never holds back another session's first chunk, and no session starves: deadlines age.
 Jobs run in a thread pool, so the event loop stays free for /ping and new connections.
+
+Admission (``admit``): work already accepted must still meet its deadlines, so new work is refused with
+``server_busy`` at once when the jobs queued ahead of it would keep its first audio waiting too long. Each active
+stream keeps one job queued or running (its next piece), and once the workers fall behind they take those in
+turn: a new utterance's first audio waits about one job of each, i.e. (queued + running jobs) × the measured
+mean job time, per worker. The same sum is what every accepted stream waits between its pieces.
 """
 
 from __future__ import annotations
@@ -11,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import heapq
 import itertools
+import math
 from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -19,6 +26,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kokoro_client.errors import ErrorCode, TTSError
+
+# A refused client is told to come back after this long at least (HTTP Retry-After), and at most after the longest.
+MIN_RETRY_AFTER_S = 1
+MAX_RETRY_AFTER_S = 30
+
+
+def busy(message: str, retry_after_s: float = MIN_RETRY_AFTER_S) -> TTSError:
+    """``server_busy``, with when to retry (whole seconds, as HTTP's Retry-After has it)."""
+    seconds = min(MAX_RETRY_AFTER_S, max(MIN_RETRY_AFTER_S, math.ceil(retry_after_s)))
+    return TTSError(ErrorCode.SERVER_BUSY, f"{message}; retry in {seconds} s.", retry_after_s=seconds)
 
 
 class Limit:
@@ -31,10 +48,7 @@ class Limit:
 
     def acquire(self) -> None:
         if self.count >= self.ceiling:
-            raise TTSError(
-                ErrorCode.SERVER_BUSY,
-                f"The server is at its limit of {self.ceiling} {self.what}; retry in a few seconds.",
-            )
+            raise busy(f"The server is at its limit of {self.ceiling} {self.what}")
         self.count += 1
 
     def release(self) -> None:
@@ -69,6 +83,8 @@ class JobRecord:
 
 
 HISTORY = 512  # jobs kept in ``DeadlineScheduler.history``: enough to read one test's or one request's order
+MEASURED = 32  # the latest finished jobs whose mean is the expected length of a job (``expected_wait_s``)
+UNMEASURED_JOB_S = 0.25  # a job's expected length before any has finished: a CPU window's, roughly
 
 
 class DeadlineScheduler:
@@ -86,6 +102,28 @@ class DeadlineScheduler:
     @property
     def pending(self) -> int:
         return sum(1 for job in self._heap if not job.future.done())
+
+    def mean_job_s(self) -> float:
+        """The mean length of the latest ``MEASURED`` finished jobs (``UNMEASURED_JOB_S`` before any)."""
+        lengths = [r.finished - r.started for r in reversed(self.history) if r.finished is not None][:MEASURED]
+        return sum(lengths) / len(lengths) if lengths else UNMEASURED_JOB_S
+
+    def expected_wait_s(self) -> float:
+        """How long a job due now would wait for a worker: one mean job for each job queued, plus what the running
+        ones have left of theirs, shared among the workers (module docstring)."""
+        mean, now = self.mean_job_s(), asyncio.get_running_loop().time()
+        left = sum(max(0.0, mean - (now - r.started)) for r in self.history if r.finished is None)
+        return (left + self.pending * mean) / self._workers
+
+    def admit(self, max_wait_s: float) -> None:
+        """Refuse new work (``server_busy``, with a Retry-After) when its first audio would wait over
+        ``max_wait_s`` behind the work already accepted."""
+        wait = self.expected_wait_s()
+        if wait > max_wait_s:
+            raise busy(
+                f"The server is {wait:.1f} s behind (the limit is {max_wait_s:g} s) with the work it has accepted",
+                wait - max_wait_s,
+            )
 
     def start(self) -> None:
         if not self._tasks:

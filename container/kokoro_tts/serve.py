@@ -35,6 +35,7 @@ ENVIRONMENT = {
     "KOKORO_MAX_SESSIONS": "WebSocket sessions at once (256)",
     "KOKORO_MAX_WAITING": "utterances server-wide waiting for their first audio (16)",
     "KOKORO_MAX_HTTP_STREAMS": "HTTP syntheses at once (32)",
+    "KOKORO_MAX_FIRST_AUDIO_WAIT_S": "longest expected first-audio wait a new HTTP synthesis is taken for (4)",
     "KOKORO_MAX_H2_STREAMS": "HTTP/2 streams per connection (8)",
     "KOKORO_MAX_MESSAGE_BYTES": "largest WebSocket message or HTTP body (65536)",
     "KOKORO_BODY_TIMEOUT_S": "seconds to send a whole HTTP body (10)",

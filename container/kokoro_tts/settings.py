@@ -42,6 +42,10 @@ class Settings:
     # Utterances, server-wide, waiting for their first audio chunk (HTTP requests and session utterances);
     # beyond it a new one is answered server_busy at once rather than queued behind minutes of work.
     max_waiting_first_chunks: int = field(default_factory=lambda: _env_int("KOKORO_MAX_WAITING", 16))
+    # Seconds a new HTTP synthesis may expect to wait for its first audio behind the work already accepted (the
+    # scheduler's estimate, scheduler.py); beyond it the request is refused with server_busy and a Retry-After, so
+    # accepted work keeps its pace and the client can go elsewhere instead of timing out.
+    max_first_audio_wait_s: float = field(default_factory=lambda: _env_float("KOKORO_MAX_FIRST_AUDIO_WAIT_S", 4.0))
     # HTTP syntheses streaming at once (each holds a scheduler slot until its last chunk).
     max_http_streams: int = field(default_factory=lambda: _env_int("KOKORO_MAX_HTTP_STREAMS", 32))
     # HTTP/2 streams one connection may have open at once.

@@ -5,6 +5,7 @@
   image-tag               <git rev>, or <git rev>-dirty-<hash of the changes>
   ecr-login               docker login to the registry of --repository-url
   image-digest            the digest of --repository-url:--tag (exit 3 when the tag is not there)
+  base-image              <base image>@<digest>: what --dockerfile is built FROM, resolved in the registry now
   tfvars                  the deployment root's var file from the shared outputs and the pushed images
   release-scaling         before an apply that changes the instance type: deregister the autoscaled variant
   wait                    until the endpoint is InService (exit 1 on Failed, with the FailureReason)
@@ -133,6 +134,13 @@ def cmd_image_digest(args: argparse.Namespace) -> int:
     if digest is None:
         return EXIT_NO_IMAGE
     print(digest)
+    return 0
+
+
+def cmd_base_image(args: argparse.Namespace) -> int:
+    from .base_image import base_image, resolve
+
+    print(resolve(base_image(args.dockerfile), docker=args.docker))
     return 0
 
 
@@ -311,6 +319,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--repository-url", required=True)
     p.add_argument("--tag", required=True)
     p.set_defaults(func=cmd_image_digest)
+
+    p = sub.add_parser("base-image", help="print the base image of a Dockerfile, pinned by its digest now")
+    p.add_argument("--dockerfile", type=Path, required=True)
+    p.add_argument("--docker", default="docker")
+    p.set_defaults(func=cmd_base_image)
 
     p = sub.add_parser("tfvars", help="write the deployment root's var file")
     p.add_argument("--shared-outputs", type=Path, required=True, help="terraform -chdir=terraform/shared output -json")

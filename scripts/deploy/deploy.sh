@@ -11,7 +11,7 @@
 #   SKIP_SMOKE=1           no smoke tests
 #
 # Steps: preflight (changes nothing; lists every gap at once) → terraform/shared → weights to S3 → both images
-# (docker buildx, pushed, taken by digest) → terraform/deployment (an autoscaled variant whose instance type
+# (docker buildx FROM the base image's digest, pushed, taken by digest) → terraform/deployment (an autoscaled variant whose instance type
 # changes is deregistered first) → wait for InService → smoke tests of the endpoint and of the agent runtime.
 # Every step is idempotent: after a failure, fix the cause and run it again.
 set -euo pipefail
@@ -73,9 +73,15 @@ build_push() { # REPOSITORY_URL PLATFORM DOCKERFILE
   if [ $rc -eq 0 ]; then
     echo "  $repo:$TAG is already in ECR: reusing it" >&2
   elif [ $rc -eq 3 ]; then
-    echo "  building $repo:$TAG for $platform from $dockerfile" >&2
+    # FROM the base image by the digest its tag points to now: recorded here and in the image's OCI labels.
+    local base
+    base=$(deploy_py base-image --dockerfile "$dockerfile")
+    echo "  building $repo:$TAG for $platform from $dockerfile, FROM $base" >&2
     # One platform, no attestations: a plain image manifest, which SageMaker and AgentCore accept.
     docker buildx build --platform "$platform" -f "$dockerfile" -t "$repo:$TAG" \
+      --build-arg "PYTHON_DIGEST=${base##*@}" \
+      --label "org.opencontainers.image.base.name=${base%@*}" \
+      --label "org.opencontainers.image.base.digest=${base##*@}" \
       --provenance=false --sbom=false --push . >&2
     digest=$(deploy_py image-digest --repository-url "$repo" --tag "$TAG") || {
       echo "deploy: $repo:$TAG is not in ECR after the push" >&2

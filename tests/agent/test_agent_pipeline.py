@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import dataclasses
+import time
 from typing import Any
 
 import pytest
 from kokoro_client.session import TTSTransportError
 from support.agent_fixtures import FakeBatch, FakeSource, FakeTTS, index_of, types, wait_for
 from voice_agent.events import Event
-from voice_agent.pipeline import PipelineOptions, run_batch, run_bidi
+from voice_agent.pipeline import BusyRetry, PipelineOptions, run_batch, run_bidi
 
 TOKENS = ["Hello", " there", "!", " This", " is", " the", " second", " one", ".", " And", " a", " third", "."]
 OPTIONS = PipelineOptions(tts_connect_timeout_s=2, tts_idle_timeout_s=2, llm_idle_timeout_s=2)
@@ -212,3 +214,54 @@ async def test_an_empty_reply_ends_cleanly_with_no_audio() -> None:
         events = await collect(run)
         assert types(events) in (["agent_start", "agent_end"], ["agent_start", "text_delta", "agent_end"])
         assert events[-1]["metrics"]["audio_ms"] == 0
+
+
+class BusyBatch(FakeBatch):
+    """Refuses the first ``refusals`` requests as a busy server does (server_busy, Retry-After), then speaks."""
+
+    def __init__(self, refusals: int, retry_after_s: float | None = None) -> None:
+        super().__init__()
+        self.refusals, self.retry_after_s, self.tries = refusals, retry_after_s, 0
+
+    async def synthesize(self, text: str, options: Any) -> Any:
+        self.tries += 1
+        if self.tries <= self.refusals:
+            raise TTSTransportError("tts_busy", "busy", "server_busy", self.retry_after_s)
+        async for chunk in super().synthesize(text, options):
+            yield chunk
+
+
+async def test_batch_tries_a_busy_server_again_and_speaks_when_it_takes_the_request() -> None:
+    tts = BusyBatch(refusals=2, retry_after_s=0.1)
+    events = await collect(batch(FakeSource(TOKENS), tts, dataclasses.replace(OPTIONS, tts_busy_retry_s=5)))
+    assert events[-1]["type"] == "agent_end" and tts.tries == 3
+    assert sum(e["type"] == "audio_chunk" for e in events) > 0
+
+
+async def test_batch_still_refused_as_busy_ends_in_tts_busy_within_the_retry_budget() -> None:
+    tts = BusyBatch(refusals=1000, retry_after_s=0.3)
+    started = time.monotonic()
+    events = await collect(batch(FakeSource(TOKENS, gap_s=0), tts, dataclasses.replace(OPTIONS, tts_busy_retry_s=1.5)))
+    assert_well_formed(events)
+    assert (events[-1]["code"], events[-1]["tts_code"]) == ("tts_busy", "server_busy")
+    assert 2 <= tts.tries <= 5 and time.monotonic() - started < 1.5 + 1.0  # never waits past its budget
+
+
+def test_busy_retry_backs_off_doubling_takes_retry_after_and_stops_at_its_budget() -> None:
+    now = [0.0]
+    retry = BusyRetry(budget_s=6.0, clock=lambda: now[0])
+    waits = []
+    while (wait := retry.wait_s(None)) is not None:
+        waits.append(wait)
+        now[0] += wait
+    for wait, backoff in zip(waits, [0.5, 1.0, 2.0], strict=False):  # doubling, stretched by up to a quarter
+        assert backoff <= wait <= backoff * 1.25
+    assert len(waits) >= 3 and now[0] <= 6.0
+    assert BusyRetry(budget_s=6.0).wait_s(retry_after_s=4.0) >= 4.0
+    assert BusyRetry(budget_s=3.0).wait_s(retry_after_s=4.0) is None  # the server's wait is past the budget
+
+
+async def test_bidi_utterance_refused_as_busy_is_tts_busy() -> None:
+    events = await collect(bidi(FakeSource(TOKENS), FakeTTS(errors={"1": "server_busy"})))
+    assert_well_formed(events)
+    assert (events[-1]["code"], events[-1]["tts_code"]) == ("tts_busy", "server_busy")

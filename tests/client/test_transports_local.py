@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 from botocore.exceptions import ClientError, EventStreamError
-from kokoro_client.http_batch import HTTPBatchTTS
+from kokoro_client.http_batch import HTTPBatchTTS, error_from_response
 from kokoro_client.local_ws import LocalWSTransport, ws_url
 from kokoro_client.sagemaker_batch import SageMakerBatchTTS
 from kokoro_client.session import (
@@ -204,6 +204,14 @@ async def test_sagemaker_batch_errors_have_codes() -> None:
             pass
     assert (caught.value.code, caught.value.tts_code) == ("tts_error", "empty_text")
 
+    busy_message = 'Received server error (503): {"error": {"code": "server_busy", "message": "retry in 2 s."}}'
+    busy: Any = {"Error": {"Code": "ModelError", "Message": busy_message}, "ResponseMetadata": {"HTTPStatusCode": 424}}
+    with pytest.raises(TTSTransportError) as caught:
+        client = _FakeSageMakerRuntime(error=ClientError(busy, "InvokeEndpointWithResponseStream"))
+        async for _ in SageMakerBatchTTS("e", client=client).synthesize("Hi.", SessionOptions()):
+            pass
+    assert (caught.value.code, caught.value.tts_code) == ("tts_busy", "server_busy")
+
     broken = EventStreamError({"Error": {"Code": "ModelStreamError", "Message": "gone"}}, "InvokeEndpoint")
     client = _FakeSageMakerRuntime([{"PayloadPart": {"Bytes": b"\x00\x00"}}, broken])
     with pytest.raises(TTSTransportError) as caught:
@@ -218,3 +226,26 @@ async def test_sagemaker_batch_closing_early_closes_the_stream() -> None:
     assert await anext(stream) == b"\x00\x00"
     await stream.aclose()  # type: ignore[attr-defined]
     assert client.stream.closed
+
+
+def test_a_busy_refusal_is_tts_busy_with_the_servers_retry_after() -> None:
+    body = b'{"error": {"code": "server_busy", "message": "The server is 9.0 s behind; retry in 5 s."}}'
+    error = error_from_response(503, body, "5")
+    assert (error.code, error.tts_code, error.retry_after_s) == ("tts_busy", "server_busy", 5.0)
+    assert error_from_response(503, b'{"error": {"code": "not_ready", "message": "loading"}}').code == (
+        "tts_unavailable"
+    )
+
+
+async def test_local_ws_refused_at_the_session_cap_is_tts_busy(server: Any) -> None:
+    sessions = server.engine.sessions
+    ceiling, sessions.ceiling = sessions.ceiling, sessions.count  # the next session is one too many
+    try:
+        with pytest.raises(TTSTransportError) as caught:  # from the config it sends, or the first read
+            async with asyncio.timeout(10):
+                session = await LocalWSTransport(server.base_url).open_session(SessionOptions())
+                async for _ in session.events():
+                    pass
+    finally:
+        sessions.ceiling = ceiling
+    assert (caught.value.code, caught.value.tts_code) == ("tts_busy", "server_busy")

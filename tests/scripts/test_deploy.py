@@ -38,6 +38,7 @@ from support.sagemaker import Certs, ScriptedContainer, sagemaker, scripted
 from websockets.asyncio.server import ServerConnection
 
 from scripts.deploy.__main__ import main
+from scripts.deploy.base_image import BaseImageError, base_image, index_digest, resolve
 from scripts.deploy.ecr import EcrError, Repository, docker_login, image_digest
 from scripts.deploy.endpoint import EndpointError, wait_in_service
 from scripts.deploy.gitrev import image_tag
@@ -226,6 +227,12 @@ elif args[:2] == ["buildx", "version"]:
 elif args[:2] == ["buildx", "inspect"]:
     platforms = os.environ.get("FAKE_PLATFORMS", "linux/amd64, linux/amd64/v2, linux/arm64*, linux/386")
     print(f"Name:   default\nDriver: docker\n\nNodes:\nName:      default\nStatus:    running\nPlatforms: {platforms}")
+elif args[:3] == ["buildx", "imagetools", "inspect"]:
+    if args[3:5] != ["--format", "{{json .Manifest}}"] or len(args) != 6:
+        sys.exit(f"fake docker: unexpected {args}")
+    # The registry's answer for a multi-platform tag: its index, whose digest the fake derives from the name.
+    print(json.dumps({"schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json",
+        "digest": "sha256:" + hashlib.sha256(args[5].encode()).hexdigest(), "size": 9218, "manifests": []}, indent=2))
 elif args[:1] == ["login"]:
     password = sys.stdin.read()
     if args[1:4] != ["--username", "AWS", "--password-stdin"] or not password:
@@ -924,7 +931,9 @@ def make_checkout(tmp_path: Path) -> Path:
     """A throwaway git checkout with the deploy scripts, so the runs write nothing into the real tree."""
     checkout = tmp_path / "checkout"
     # The deploy flow, the weights it pushes, and the agent client its runtime smoke test speaks through.
-    for name in ("scripts/__init__.py", "scripts/find_tf_plugin_dir.sh", "scripts/agent_client.py", "scripts/sse.py"):
+    # The Dockerfiles too: the deploy reads their base image (the fake docker builds nothing from them).
+    names = ("scripts/__init__.py", "scripts/find_tf_plugin_dir.sh", "scripts/agent_client.py", "scripts/sse.py")
+    for name in (*names, "container/Dockerfile", "agent/Dockerfile"):
         (checkout / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(REPO / name, checkout / name)
     for package in ("scripts/deploy", "scripts/weights"):
@@ -1023,7 +1032,9 @@ async def test_deploy_sh_end_to_end_then_again_then_destroy(
         "terraform shared output",
         "terraform shared output",
         "docker login",
+        "docker buildx imagetools",  # the TTS image's base, by digest
         "docker buildx build",  # TTS
+        "docker buildx imagetools",
         "docker buildx build",  # agent
         "terraform deployment init",
         "terraform deployment state",  # nothing deployed yet: nothing to deregister before the apply
@@ -1044,6 +1055,13 @@ async def test_deploy_sh_end_to_end_then_again_then_destroy(
         assert argv[argv.index("-f") + 1] == dockerfile
         assert argv[argv.index("-t") + 1] == f"{repo}:{rev}"
         assert {"--push", "--provenance=false", "--sbom=false"} <= set(argv)
+        # FROM the base image by the digest the registry gave for its tag, recorded in the labels and the output.
+        assert f"PYTHON_DIGEST={BASE_DIGEST}" in argv and argv[argv.index(f"PYTHON_DIGEST={BASE_DIGEST}") - 1] == (
+            "--build-arg"
+        )
+        assert f"org.opencontainers.image.base.digest={BASE_DIGEST}" in argv
+        assert f"org.opencontainers.image.base.name={BASE}" in argv
+        assert f"from {dockerfile}, FROM {BASE}@{BASE_DIGEST}" in out
 
     # The deployment got the images by the digests ECR holds, and the shared outputs.
     variables = json.loads((checkout / "terraform/deployment/deploy.tfvars.json").read_text())
@@ -1103,6 +1121,45 @@ async def test_deploy_sh_end_to_end_then_again_then_destroy(
     changes = [c for c in tool_calls(log)[before:] if c["tool"] == "terraform" and c["args"][0] in ("apply", "destroy")]
     assert [(c["root"], c["args"][0]) for c in changes] == [("shared", "apply"), ("shared", "destroy")]
     assert all({"-var", "force_destroy=true", "region=us-east-1"} <= set(c["args"]) for c in changes)
+
+
+BASE = "python:3.12-slim-bookworm"
+BASE_DIGEST = "sha256:" + hashlib.sha256(BASE.encode()).hexdigest()  # what FAKE_DOCKER's registry answers
+
+
+@pytest.mark.parametrize("dockerfile", ["container/Dockerfile", "agent/Dockerfile"])
+def test_both_images_name_one_base_image(dockerfile: str) -> None:
+    assert base_image(REPO / dockerfile) == BASE
+
+
+def test_a_dockerfile_with_two_bases_or_none_is_refused(tmp_path: Path) -> None:
+    two = tmp_path / "Dockerfile"
+    two.write_text("FROM python:3.12-slim AS build\nFROM build AS test\nFROM debian:bookworm\n")
+    with pytest.raises(BaseImageError, match="one base image"):
+        base_image(two)
+    two.write_text("# no FROM\n")
+    with pytest.raises(BaseImageError, match=r"found \[\]"):
+        base_image(two)
+
+
+def test_the_base_digest_is_read_from_imagetools_json_and_checked() -> None:
+    answer = json.dumps({"schemaVersion": 2, "digest": BASE_DIGEST, "manifests": []})
+    assert index_digest(BASE, answer) == BASE_DIGEST
+    for bad in ("not json", json.dumps({"manifests": []}), json.dumps({"digest": "sha256:abc"})):
+        with pytest.raises(BaseImageError):
+            index_digest(BASE, bad)
+
+
+def test_the_base_image_command_resolves_through_docker(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bin_dir = tool_dir(tmp_path, basics=False, git=False, fakes={"docker": FAKE_DOCKER})
+    monkeypatch.setenv("FAKE_LOG", str(tmp_path / "tools.jsonl"))
+    argv = ["base-image", "--dockerfile", str(REPO / "agent/Dockerfile"), "--docker", str(bin_dir / "docker")]
+    assert main(argv) == 0
+    assert capsys.readouterr().out.strip() == f"{BASE}@{BASE_DIGEST}"
+    with pytest.raises(BaseImageError, match="cannot resolve"):
+        resolve(BASE, docker=str(write_failing(tmp_path / "offline-docker", "no route to registry")))
 
 
 def test_deploy_sh_says_where_it_failed(deploy_env: dict[str, str], tmp_path: Path) -> None:

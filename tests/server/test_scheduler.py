@@ -5,7 +5,9 @@ from __future__ import annotations
 import asyncio
 import threading
 
-from kokoro_tts.scheduler import DeadlineScheduler
+import pytest
+from kokoro_client.errors import ErrorCode, TTSError
+from kokoro_tts.scheduler import MEASURED, UNMEASURED_JOB_S, DeadlineScheduler, JobRecord
 
 
 async def test_earliest_deadline_runs_first_and_cancelled_jobs_are_skipped() -> None:
@@ -50,3 +52,30 @@ async def test_a_failing_job_reaches_its_caller_and_the_worker_goes_on() -> None
         raise AssertionError("the job's exception was swallowed")
     assert await ok == 42
     await scheduler.stop()
+
+
+async def test_admission_estimates_the_wait_from_the_queue_and_the_measured_job_length() -> None:
+    scheduler = DeadlineScheduler(workers=1)  # not started: the jobs stay queued
+    now = asyncio.get_running_loop().time()
+    for i in range(40):  # the latest MEASURED jobs took 1 s each, older ones 9 s
+        length = 1.0 if i >= 40 - MEASURED else 9.0
+        scheduler.history.append(JobRecord(f"u{i}", now, started=now - 100 + i, finished=now - 100 + i + length))
+    assert scheduler.mean_job_s() == 1.0
+    queued = [asyncio.create_task(scheduler.run(lambda: None, deadline=now)) for _ in range(3)]
+    await asyncio.sleep(0)
+    assert scheduler.expected_wait_s() == pytest.approx(3.0)
+    scheduler.admit(3.5)
+    with pytest.raises(TTSError) as refused:
+        scheduler.admit(1.2)
+    assert refused.value.code == ErrorCode.SERVER_BUSY and refused.value.retry_after_s == 2  # ceil(3.0 - 1.2)
+    assert refused.value.http_status == 503
+    scheduler.history.append(JobRecord("running", now, started=now - 0.25))  # 0.75 s of a mean job left
+    assert scheduler.expected_wait_s() == pytest.approx(3.75, abs=0.05)
+    for task in queued:
+        task.cancel()
+    await asyncio.gather(*queued, return_exceptions=True)
+    assert scheduler.expected_wait_s() == pytest.approx(0.75, abs=0.05)  # cancelled jobs are not waited for
+
+
+def test_before_any_job_is_measured_a_job_is_assumed_to_take_a_cpu_windows_time() -> None:
+    assert DeadlineScheduler().mean_job_s() == UNMEASURED_JOB_S
