@@ -210,9 +210,10 @@ async def _stream(request: Request, engine: TTSEngine, speech: SpeechRequest, fm
     if first is None:
         engine.http_streams.release()
         raise TTSError(ErrorCode.NOTHING_TO_SPEAK, "The text has nothing that can be spoken in this voice.")
-    metrics.first_audio(route, time.perf_counter() - started)
+    first_audio_s = time.perf_counter() - started
+    metrics.first_audio(route, first_audio_s)
     headers = {"X-Sample-Rate": str(SAMPLE_RATE), "Cache-Control": "no-store"}
-    tally = _Tally(route)
+    tally = _Tally(route, first_audio_s)
     body = _encoded(first, chunks, fmt, tally)
     return _SynthesisResponse(engine, chunks, tally, body, media_type=fmt.media_type, headers=headers)
 
@@ -222,6 +223,7 @@ class _Tally:
     """What a streamed response has sent, for its metrics when it ends."""
 
     route: str
+    first_audio_s: float
     audio_ms: float = 0.0
     synth_ms: float = 0.0
     done: bool = False
@@ -233,7 +235,7 @@ class _Tally:
     def ended(self) -> None:
         metrics.audio_sent(self.route, self.audio_ms)
         if self.done:
-            metrics.utterance_completed(self.route, self.audio_ms, self.synth_ms)
+            metrics.utterance_completed(self.route, self.audio_ms, self.synth_ms, self.first_audio_s)
         else:
             metrics.utterance_cancelled(self.route)
 

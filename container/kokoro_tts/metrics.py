@@ -8,6 +8,7 @@ The registry is the server's own: a process that also runs the agent (tests) sho
 
 from __future__ import annotations
 
+import logging
 import weakref
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
@@ -23,6 +24,10 @@ from starlette.responses import Response
 
 if TYPE_CHECKING:
     from .engine import TTSEngine
+
+# One line per utterance, with its numbers as fields: where /metrics cannot be reached (SageMaker), CloudWatch
+# Logs Insights computes the same figures from these (docs/observability.md).
+utterance_log = logging.getLogger("kokoro_tts.utterances")
 
 REGISTRY = CollectorRegistry()
 ProcessCollector(registry=REGISTRY)
@@ -71,14 +76,27 @@ def first_audio(route: str, seconds: float) -> None:
     TIME_TO_FIRST_AUDIO.labels(route).observe(seconds)
 
 
-def utterance_completed(route: str, audio_ms: float, synth_ms: float) -> None:
+def utterance_completed(route: str, audio_ms: float, synth_ms: float, first_audio_s: float | None) -> None:
     UTTERANCES.labels(route, "completed").inc()
-    if audio_ms > 0:
-        REAL_TIME_FACTOR.labels(route).observe(synth_ms / audio_ms)
+    rtf = synth_ms / audio_ms if audio_ms > 0 else None
+    if rtf is not None:
+        REAL_TIME_FACTOR.labels(route).observe(rtf)
+    utterance_log.info(
+        "utterance completed",
+        extra={
+            "route": route,
+            "outcome": "completed",
+            "audio_ms": round(audio_ms, 1),
+            "synth_ms": round(synth_ms, 1),
+            "first_audio_ms": None if first_audio_s is None else round(1000 * first_audio_s, 1),
+            "real_time_factor": None if rtf is None else round(rtf, 3),
+        },
+    )
 
 
 def utterance_cancelled(route: str) -> None:
     UTTERANCES.labels(route, "cancelled").inc()
+    utterance_log.info("utterance cancelled", extra={"route": route, "outcome": "cancelled"})
 
 
 def audio_sent(route: str, audio_ms: float) -> None:
@@ -87,6 +105,7 @@ def audio_sent(route: str, audio_ms: float) -> None:
 
 def error(route: str, code: str) -> None:
     ERRORS.labels(route, str(code)).inc()
+    utterance_log.info("error answered: %s", code, extra={"route": route, "code": str(code)})
 
 
 # --- the engine's state, read at scrape time ------------------------------------------------------------------

@@ -85,6 +85,7 @@ class BidiSession:
 
     async def run(self) -> None:
         await self._ws.accept()
+        log.info("session opened")
         self._speaker = asyncio.create_task(self._speak())
         try:
             await self._receive()
@@ -93,6 +94,7 @@ class BidiSession:
         finally:
             self._speaker.cancel()  # the client left: stop synthesis, drop what is queued
             await asyncio.gather(self._speaker, return_exceptions=True)
+            log.info("session closed")
 
     async def shutdown(self, grace_s: float) -> None:
         """The server is stopping: refuse new utterances, let the one in flight finish within ``grace_s`` (else end
@@ -227,7 +229,7 @@ class BidiSession:
 
     async def _speak_one_counted(self, utterance: _Utterance) -> None:
         encoder = make_encoder(utterance.format)
-        sent_bytes, audio_ms, synth_ms, started = 0, 0.0, 0.0, False
+        sent_bytes, audio_ms, synth_ms, started, first_audio_s = 0, 0.0, 0.0, False, None
         loop = asyncio.get_running_loop()
         async with aclosing(self._engine.stream(utterance.request, due=self._played_until)) as stream:
             while not utterance.cancelled:
@@ -247,7 +249,8 @@ class BidiSession:
                 if chunk is None or utterance.cancelled:
                     break
                 if not started:
-                    metrics.first_audio(self._route, time.perf_counter() - utterance.received)
+                    first_audio_s = time.perf_counter() - utterance.received
+                    metrics.first_audio(self._route, first_audio_s)
                     await self._send_frame(SynthesisStart(utterance.id, utterance.format.name, SAMPLE_RATE))
                     started = True
                 data = encoder.encode(chunk.pcm)
@@ -272,7 +275,7 @@ class BidiSession:
         if tail:
             await self._send_bytes(tail)
             sent_bytes += len(tail)
-        metrics.utterance_completed(self._route, audio_ms, synth_ms)
+        metrics.utterance_completed(self._route, audio_ms, synth_ms, first_audio_s)
         await self._send_frame(SynthesisComplete(utterance.id, round(audio_ms, 1), round(synth_ms, 1), sent_bytes))
 
     async def _end_for_shutdown(self, stopped: list[_Utterance]) -> None:
