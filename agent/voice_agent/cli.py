@@ -16,6 +16,8 @@ import socket
 import sys
 import time
 
+from kokoro_client import logs
+
 from .settings import ENVIRONMENT, AgentSettings
 
 log = logging.getLogger(__name__)
@@ -97,13 +99,22 @@ def serve(args: argparse.Namespace) -> None:
     run_app(settings, host, port)
 
 
+def agentcore_ids() -> dict[str, str | None]:
+    """The AgentCore SDK's ids of the invocation being handled (its X-Amzn-Bedrock-AgentCore-Runtime-Session-Id
+    header, and the request id it reads or makes), for every log line written while handling it."""
+    from bedrock_agentcore.runtime.context import BedrockAgentCoreContext
+
+    return {
+        "request_id": BedrockAgentCoreContext.get_request_id(),
+        "session_id": BedrockAgentCoreContext.get_session_id(),
+    }
+
+
 def run_app(settings: AgentSettings, host: str, port: int) -> None:
     """The app on ``host:port`` until the process is stopped (the demo page only on loopback unless told)."""
     from .app import create_app  # before logging is configured, as the SDK's logger expects (one line each)
 
-    logging.basicConfig(
-        level=os.environ.get("LOG_LEVEL", "INFO"), format="%(asctime)s %(levelname)s %(name)s %(message)s"
-    )
+    logs.configure(os.environ.get("LOG_LEVEL"), extra_ids=agentcore_ids)
     if settings.web_page is None:  # AGENT_WEB_PAGE unset: the page only on loopback (local runs, not the container)
         from .web import is_loopback
 
@@ -117,7 +128,8 @@ def run_app(settings: AgentSettings, host: str, port: int) -> None:
     )
     if settings.web_page:
         log.info("web page: http://%s:%d/", host if ":" not in host else f"[{host}]", port)
-    create_app(settings).run(port=port, host=host)
+    # log_config=None: uvicorn's lines go through the root handler too (one format, the invocation's ids).
+    create_app(settings).run(port=port, host=host, log_config=None)
 
 
 def main(argv: list[str] | None = None) -> None:
