@@ -169,3 +169,55 @@ def test_serve_writes_json_lines_with_the_invocation_ids(server: Any) -> None:
     handled = [line for line in lines if "streaming response" in line["message"]]
     assert len(handled) == 1, output
     assert handled[0]["session_id"] == session and handled[0]["request_id"], handled[0]
+
+
+def test_the_images_command_exports_one_trace_per_invocation() -> None:
+    """The image's command, `opentelemetry-instrument voice-agent serve` with ADOT, its spans printed by the console
+    exporter instead of sent to X-Ray: the reply's span sits under the HTTP server span, Strands' under it. (No TTS
+    server: the reply ends in tts_unavailable, which its spans say.)"""
+    port = free_port()
+    env = {
+        **os.environ,
+        "OTEL_PYTHON_DISTRO": "aws_distro",
+        "OTEL_PYTHON_CONFIGURATOR": "aws_configurator",
+        "OTEL_TRACES_EXPORTER": "console",
+        "OTEL_METRICS_EXPORTER": "none",
+        "OTEL_LOGS_EXPORTER": "none",
+        "TTS_URL": f"http://127.0.0.1:{free_port()}",  # nothing listens there
+        "TTS_ENDPOINT_NAME": "",
+        # Spans leave in batches every 100 ms, unbuffered: uvicorn ends on SIGTERM by re-raising it, before any flush.
+        "OTEL_BSP_SCHEDULE_DELAY": "100",
+        "PYTHONUNBUFFERED": "1",
+    }
+    bin_dir = Path(sys.executable).parent
+    command = [str(bin_dir / "opentelemetry-instrument"), str(bin_dir / "voice-agent"), "serve", "--port", str(port)]
+    process = subprocess.Popen(
+        [*command, "--no-tts-check"], env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+    )
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            assert process.poll() is None and time.monotonic() < deadline, "the agent did not start"
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/ping", timeout=2).status_code == 200:
+                    break
+            except httpx.TransportError:
+                time.sleep(0.3)
+        response = httpx.post(f"http://127.0.0.1:{port}/invocations", json={"prompt": "Hi"}, timeout=30)
+        assert "tts_unavailable" in response.text, response.text
+        time.sleep(1.5)  # the last spans end as the response does, then wait for their batch
+    finally:
+        process.send_signal(signal.SIGTERM)
+        output, _ = process.communicate(timeout=30)
+    decoder, spans, at = json.JSONDecoder(), [], 0
+    while (at := output.find("{", at)) >= 0:  # the console exporter prints indented JSON objects, one per span
+        span, at = decoder.raw_decode(output, at)
+        spans.append(span)
+    by_id = {span["context"]["span_id"]: span for span in spans}
+    assert "voice_agent.reply" in [span["name"] for span in spans], output[-3000:]
+    reply = next(span for span in spans if span["name"] == "voice_agent.reply")
+    assert by_id[reply["parent_id"]]["name"] == "POST /invocations"
+    assert reply["attributes"]["voice_agent.error_code"] == "tts_unavailable"
+    children = {span["name"] for span in spans if span["parent_id"] == reply["context"]["span_id"]}
+    assert "voice_agent.time_to_first_audio" in children
+    assert any(name.startswith("invoke_agent") for name in children), children
