@@ -12,6 +12,7 @@ import dataclasses
 import errno
 import logging
 import os
+import signal
 import socket
 import sys
 import time
@@ -128,8 +129,15 @@ def run_app(settings: AgentSettings, host: str, port: int) -> None:
     )
     if settings.web_page:
         log.info("web page: http://%s:%d/", host if ":" not in host else f"[{host}]", port)
+    # uvicorn re-raises SIGTERM once it has shut down; its default action would end the process before the exit
+    # handlers run, and with them the tracer's flush of the last spans (docs/observability.md).
+    signal.signal(signal.SIGTERM, _exit_on_signal)
     # log_config=None: uvicorn's lines go through the root handler too (one format, the invocation's ids).
     create_app(settings).run(port=port, host=host, log_config=None)
+
+
+def _exit_on_signal(signum: int, _frame: object) -> None:
+    sys.exit(128 + signum)
 
 
 def main(argv: list[str] | None = None) -> None:
