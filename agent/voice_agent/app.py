@@ -13,9 +13,12 @@ from typing import Any
 
 from bedrock_agentcore.runtime import BedrockAgentCoreApp
 from kokoro_client.session import BatchTTS, SessionOptions, TTSTransport
+from opentelemetry import trace
 from starlette.middleware import Middleware
+from starlette.routing import Route
 from strands import Agent
 
+from . import metrics
 from .events import ErrorCode, Event, Events
 from .hangup import Hangup, HangupMiddleware, hangup_of, until_hangup
 from .models import BuiltModel, ModelUnavailable, build_model
@@ -94,9 +97,11 @@ async def handle(
         request = parse_request(payload, settings)
         built = model_factory(request.model_id)
     except RequestError as error:
+        metrics.request_error(error.code)
         yield Events().error(error.code, error.message)
         return
     except ModelUnavailable as error:
+        metrics.request_error(ErrorCode.MODEL_UNAVAILABLE)
         yield Events().error(ErrorCode.MODEL_UNAVAILABLE, str(error))
         return
     agent = Agent(model=built.model, system_prompt=settings.system_prompt, callback_handler=None)
@@ -106,11 +111,16 @@ async def handle(
         events = run_bidi(source, transport, model_name=built.name, options=options)
     else:
         events = run_batch(source, batch, model_name=built.name, options=options)
+    reply = metrics.Reply(request.mode, built.name)
     try:
-        async for event in until_hangup(events, hangup):
-            yield event
+        # The reply's span is current while the pipeline starts its tasks: Strands' own spans become its children.
+        with trace.use_span(reply.span, end_on_exit=False):
+            async for event in until_hangup(events, hangup):
+                reply.see(event)
+                yield event
     finally:
         await events.aclose()  # closed early (the caller left, or the SDK stopped us): stop the LLM and the TTS
+        reply.end()
 
 
 def create_app(
@@ -127,6 +137,7 @@ def create_app(
         batch = batch or default_batch
     factory: ModelFactory = model_factory or (lambda model_id: build_model(settings, model_id))
     app = BedrockAgentCoreApp(middleware=[Middleware(BodyGuard), Middleware(HangupMiddleware)])
+    app.router.routes.append(Route("/metrics", metrics.metrics_endpoint, methods=["GET"]))
     if settings.web_page:  # the local demo page (docs/web.md); main() decides when it is unset
         from .web import web_routes
 

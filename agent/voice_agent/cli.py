@@ -12,9 +12,12 @@ import dataclasses
 import errno
 import logging
 import os
+import signal
 import socket
 import sys
 import time
+
+from kokoro_client import logs
 
 from .settings import ENVIRONMENT, AgentSettings
 
@@ -97,13 +100,22 @@ def serve(args: argparse.Namespace) -> None:
     run_app(settings, host, port)
 
 
+def agentcore_ids() -> dict[str, str | None]:
+    """The AgentCore SDK's ids of the invocation being handled (its X-Amzn-Bedrock-AgentCore-Runtime-Session-Id
+    header, and the request id it reads or makes), for every log line written while handling it."""
+    from bedrock_agentcore.runtime.context import BedrockAgentCoreContext
+
+    return {
+        "request_id": BedrockAgentCoreContext.get_request_id(),
+        "session_id": BedrockAgentCoreContext.get_session_id(),
+    }
+
+
 def run_app(settings: AgentSettings, host: str, port: int) -> None:
     """The app on ``host:port`` until the process is stopped (the demo page only on loopback unless told)."""
     from .app import create_app  # before logging is configured, as the SDK's logger expects (one line each)
 
-    logging.basicConfig(
-        level=os.environ.get("LOG_LEVEL", "INFO"), format="%(asctime)s %(levelname)s %(name)s %(message)s"
-    )
+    logs.configure(os.environ.get("LOG_LEVEL"), extra_ids=agentcore_ids)
     if settings.web_page is None:  # AGENT_WEB_PAGE unset: the page only on loopback (local runs, not the container)
         from .web import is_loopback
 
@@ -117,7 +129,15 @@ def run_app(settings: AgentSettings, host: str, port: int) -> None:
     )
     if settings.web_page:
         log.info("web page: http://%s:%d/", host if ":" not in host else f"[{host}]", port)
-    create_app(settings).run(port=port, host=host)
+    # uvicorn re-raises SIGTERM once it has shut down; its default action would end the process before the exit
+    # handlers run, and with them the tracer's flush of the last spans (docs/observability.md).
+    signal.signal(signal.SIGTERM, _exit_on_signal)
+    # log_config=None: uvicorn's lines go through the root handler too (one format, the invocation's ids).
+    create_app(settings).run(port=port, host=host, log_config=None)
+
+
+def _exit_on_signal(signum: int, _frame: object) -> None:
+    sys.exit(128 + signum)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -15,6 +15,7 @@ from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .events import ErrorCode
+from .metrics import request_error
 from .settings import AgentSettings
 
 MODES = ("bidi", "batch")
@@ -121,6 +122,7 @@ class BodyGuard:
 
 
 async def _error(scope: Scope, receive: Receive, send: Send, status: int, code: ErrorCode, message: str) -> None:
+    request_error(code)
     response = JSONResponse({"error": {"code": code.value, "message": message}}, status_code=status)
     response.headers["connection"] = "close"  # the rest of an unread body is never read
     await response(scope, receive, send)

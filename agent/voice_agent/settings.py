@@ -41,6 +41,8 @@ ENVIRONMENT: tuple[tuple[str, str], ...] = (
     ("AGENT_HOST", "default of --host"),
     ("AGENT_PORT", "default of --port"),
     ("LOG_LEVEL", "DEBUG, INFO (default), WARNING or ERROR"),
+    ("LOG_FORMAT", "json (one object per line; the image's default) or text (the default elsewhere)"),
+    ("AGENT_OBSERVABILITY_ENABLED", "true under `opentelemetry-instrument` (the image): ADOT exports the traces"),
 )
 
 

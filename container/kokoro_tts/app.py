@@ -14,11 +14,14 @@ from contextlib import asynccontextmanager
 from kokoro_client.errors import TTSError
 from kokoro_client.protocol import CLOSE_GOING_AWAY, CLOSE_TRY_AGAIN_LATER, INVOCATIONS_PATH, PING_PATH, WS_PATH
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket
 
+from . import metrics
 from .engine import TTSEngine
 from .http_api import health, invocations, openai_speech, ping
+from .request_ids import RequestIds
 from .settings import Settings
 from .ws_session import BidiSession
 
@@ -45,6 +48,7 @@ def create_app(
         try:
             engine.sessions.acquire()
         except TTSError as error:  # the close reason starts with the stable code
+            metrics.error("ws", error.code)
             await websocket.accept()
             await websocket.close(
                 code=CLOSE_TRY_AGAIN_LATER, reason=f"{error.code}: too many sessions; retry in a few seconds"
@@ -70,6 +74,7 @@ def create_app(
             loading.cancel()
             await asyncio.gather(loading, return_exceptions=True)
             if app.state.engine is not None:
+                metrics.unwatch(app.state.engine)
                 await app.state.engine.stop()
 
     return Starlette(
@@ -79,7 +84,9 @@ def create_app(
             Route(INVOCATIONS_PATH, invocations, methods=["POST"]),
             Route("/v1/audio/speech", openai_speech, methods=["POST"]),
             WebSocketRoute(WS_PATH, bidirectional_stream),
+            Route("/metrics", metrics.metrics_endpoint, methods=["GET"]),
         ],
+        middleware=[Middleware(RequestIds)],
         lifespan=lifespan,
     )
 
@@ -110,6 +117,7 @@ async def _load(
         return
     engine.start()
     app.state.engine = engine
+    metrics.watch(engine)
     log.info("model ready: backend=%s device=%s", engine.backend.name, engine.backend.device)
 
 

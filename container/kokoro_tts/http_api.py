@@ -11,14 +11,17 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing
+from dataclasses import dataclass
 from typing import Any
 
 from kokoro_client.errors import INTERNAL_ERROR_MESSAGE, ErrorCode, TTSError
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
+from . import metrics
 from .audio import SAMPLE_RATE, AudioFormat, audio_format, make_encoder
 from .engine import AudioChunk, SpeechRequest, TTSEngine
 
@@ -120,6 +123,7 @@ async def invocations(request: Request) -> Response:
         fmt = audio_format(fields.get("format", "pcm"))
         return await _stream(request, engine, speech, fmt)
     except TTSError as error:
+        metrics.error("invocations", error.code)
         return error_response(error)
     except ClientGone:
         return GONE
@@ -140,6 +144,7 @@ async def openai_speech(request: Request) -> Response:
         fmt = audio_format(fields.get("response_format", "mp3"))
         return await _stream(request, engine, speech, fmt)
     except TTSError as error:
+        metrics.error("openai", error.code)
         return error_response(error)
     except ClientGone:
         return GONE
@@ -195,6 +200,7 @@ def _json_body(body: bytes) -> dict[str, Any]:
 
 async def _stream(request: Request, engine: TTSEngine, speech: SpeechRequest, fmt: AudioFormat) -> Response:
     engine.scheduler.admit(engine.settings.max_first_audio_wait_s)  # server_busy when too far behind already
+    route, started = metrics.route_of(request.url.path), time.perf_counter()
     engine.http_streams.acquire()  # released when the response ends, however it ends
     try:
         chunks = engine.stream(speech)
@@ -206,22 +212,56 @@ async def _stream(request: Request, engine: TTSEngine, speech: SpeechRequest, fm
     if first is None:
         engine.http_streams.release()
         raise TTSError(ErrorCode.NOTHING_TO_SPEAK, "The text has nothing that can be spoken in this voice.")
+    first_audio_s = time.perf_counter() - started
+    metrics.first_audio(route, first_audio_s)
     headers = {"X-Sample-Rate": str(SAMPLE_RATE), "Cache-Control": "no-store"}
-    return _SynthesisResponse(engine, chunks, _encoded(first, chunks, fmt), media_type=fmt.media_type, headers=headers)
+    tally = _Tally(route, first_audio_s)
+    body = _encoded(first, chunks, fmt, tally)
+    return _SynthesisResponse(engine, chunks, tally, body, media_type=fmt.media_type, headers=headers)
+
+
+@dataclass
+class _Tally:
+    """What a streamed response has sent, for its metrics when it ends."""
+
+    route: str
+    first_audio_s: float
+    audio_ms: float = 0.0
+    synth_ms: float = 0.0
+    done: bool = False
+
+    def add(self, chunk: AudioChunk) -> None:
+        self.audio_ms += chunk.audio_ms
+        self.synth_ms += chunk.synth_ms
+
+    def ended(self) -> None:
+        metrics.audio_sent(self.route, self.audio_ms)
+        if self.done:
+            metrics.utterance_completed(self.route, self.audio_ms, self.synth_ms, self.first_audio_s)
+        else:
+            metrics.utterance_cancelled(self.route)
 
 
 class _SynthesisResponse(StreamingResponse):
     """Starlette stops the body when the client disconnects while it streams; this also ends the synthesis and
     frees the HTTP slot, however the response ends (even if it never started)."""
 
-    def __init__(self, engine: TTSEngine, chunks: AsyncGenerator[AudioChunk], *args: Any, **kwargs: Any) -> None:
+    def __init__(
+        self, engine: TTSEngine, chunks: AsyncGenerator[AudioChunk], tally: _Tally, *args: Any, **kwargs: Any
+    ) -> None:
         super().__init__(*args, **kwargs)
-        self._engine, self._chunks = engine, chunks
+        self._engine, self._chunks, self._tally = engine, chunks, tally
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         try:
             await super().__call__(scope, receive, send)
+        except (ClientDisconnect, OSError):  # the client left: counted as cancelled
+            raise
+        except Exception:
+            metrics.error(self._tally.route, ErrorCode.INTERNAL_ERROR)
+            raise
         finally:
+            self._tally.ended()
             await self._chunks.aclose()
             self._engine.http_streams.release()
 
@@ -239,6 +279,7 @@ async def _first_chunk(request: Request, chunks: AsyncGenerator[AudioChunk]) -> 
         await asyncio.gather(first, gone, return_exceptions=True)
     if first.cancelled():
         await chunks.aclose()
+        metrics.utterance_cancelled(metrics.route_of(request.url.path))
         log.info("a client left before its first audio chunk; its synthesis is dropped")
         raise ClientGone
     try:
@@ -257,13 +298,18 @@ async def _disconnected(request: Request) -> None:
         pass
 
 
-async def _encoded(first: AudioChunk, rest: AsyncGenerator[AudioChunk], fmt: AudioFormat) -> AsyncIterator[bytes]:
+async def _encoded(
+    first: AudioChunk, rest: AsyncGenerator[AudioChunk], fmt: AudioFormat, tally: _Tally
+) -> AsyncIterator[bytes]:
     encoder = make_encoder(fmt)
     async with aclosing(rest):
+        tally.add(first)
         if data := encoder.encode(first.pcm):
             yield data
         async for chunk in rest:
+            tally.add(chunk)
             if data := encoder.encode(chunk.pcm):
                 yield data
     if data := encoder.finish():
         yield data
+    tally.done = True

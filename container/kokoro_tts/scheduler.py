@@ -45,9 +45,11 @@ class Limit:
         self.what = what
         self.ceiling = ceiling
         self.count = 0
+        self.refused = 0  # acquisitions refused so far (GET /metrics)
 
     def acquire(self) -> None:
         if self.count >= self.ceiling:
+            self.refused += 1
             raise busy(f"The server is at its limit of {self.ceiling} {self.what}")
         self.count += 1
 

@@ -17,9 +17,11 @@ import sys
 from hypercorn.asyncio.run import worker_serve
 from hypercorn.config import Config, Sockets
 from hypercorn.utils import wrap_app
+from kokoro_client import logs
 
 from . import hypercorn_hardening
 from .app import begin_shutdown, create_app
+from .request_ids import AccessFields
 from .settings import Settings
 
 log = logging.getLogger("kokoro_tts.serve")
@@ -46,7 +48,11 @@ ENVIRONMENT = {
     "KOKORO_WARMUP_TEXT": "the sentence synthesized once before /ping turns 200",
     "HOST, PORT": "the defaults of --host and --port",
     "LOG_LEVEL": "INFO, DEBUG, ...",
+    "LOG_FORMAT": "json (one object per line, the image's default) or text (the default elsewhere)",
 }
+
+# Hypercorn's access line (the JSON line also has method, path, status, duration_ms and request_id as fields).
+ACCESS_LOG_FORMAT = '%(h)s "%(R)s" %(s)s %(b)s %(L)ss'
 
 
 def hypercorn_config(host: str, port: int, settings: Settings | None = None) -> Config:
@@ -54,8 +60,13 @@ def hypercorn_config(host: str, port: int, settings: Settings | None = None) -> 
     hypercorn_hardening.apply()
     config = Config()
     config.bind = [f"{host}:{port}"]
-    config.accesslog = None
-    config.errorlog = "-"
+    # Hypercorn's loggers go through the root handler (logs.configure): one format, ids on every line.
+    access = logging.getLogger("hypercorn.access")
+    if not any(isinstance(f, AccessFields) for f in access.filters):
+        access.addFilter(AccessFields())
+    config.accesslog = access
+    config.access_log_format = ACCESS_LOG_FORMAT
+    config.errorlog = logging.getLogger("hypercorn.error")
     config.keep_alive_timeout = 75  # above the 60 s idle timeouts of the load balancers in front of endpoints
     config.h2_max_concurrent_streams = settings.max_h2_streams
     # Larger messages get our own message_too_large error frame rather than a dropped connection.
@@ -83,9 +94,10 @@ def main(argv: list[str] | None = None) -> None:
         "--port", type=int, default=int(os.environ.get("PORT", "8080")), help="port (default: $PORT or 8080)"
     )
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=os.environ.get("LOG_LEVEL", "INFO"), format="%(asctime)s %(levelname)s %(name)s %(message)s"
-    )
+    try:
+        logs.configure()
+    except ValueError as exc:
+        parser.error(str(exc))
     settings = Settings()
     config = hypercorn_config(args.host, args.port, settings)
     try:

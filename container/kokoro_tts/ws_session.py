@@ -13,11 +13,13 @@ import asyncio
 import contextlib
 import itertools
 import logging
+import time
 from collections import deque
 from contextlib import aclosing
 from dataclasses import dataclass, field
 
 from kokoro_client.errors import INTERNAL_ERROR_MESSAGE, ErrorCode, TTSError
+from kokoro_client.logs import bind_ids
 from kokoro_client.protocol import (
     CLOSE_GOING_AWAY,
     CLOSE_NORMAL,
@@ -36,6 +38,7 @@ from kokoro_client.protocol import (
 )
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
+from . import metrics
 from .audio import SAMPLE_RATE, AudioFormat, audio_format, make_encoder
 from .engine import SpeechRequest, TTSEngine
 from .hypercorn_hardening import OVERSIZE_KEY
@@ -49,6 +52,7 @@ class _Utterance:
     request: SpeechRequest
     format: AudioFormat
     cancelled: bool = False
+    received: float = field(default_factory=time.perf_counter)  # when its synthesize message arrived
 
 
 @dataclass
@@ -61,6 +65,7 @@ class _Defaults:
 class BidiSession:
     def __init__(self, websocket: WebSocket, engine: TTSEngine) -> None:
         self._ws = websocket
+        self._route = metrics.route_of(websocket.scope.get("path", ""))
         self._engine = engine
         self._settings = engine.settings
         self._defaults = _Defaults()
@@ -80,6 +85,7 @@ class BidiSession:
 
     async def run(self) -> None:
         await self._ws.accept()
+        log.info("session opened")
         self._speaker = asyncio.create_task(self._speak())
         try:
             await self._receive()
@@ -88,6 +94,7 @@ class BidiSession:
         finally:
             self._speaker.cancel()  # the client left: stop synthesis, drop what is queued
             await asyncio.gather(self._speaker, return_exceptions=True)
+            log.info("session closed")
 
     async def shutdown(self, grace_s: float) -> None:
         """The server is stopping: refuse new utterances, let the one in flight finish within ``grace_s`` (else end
@@ -182,6 +189,7 @@ class BidiSession:
         dropped = [u for u in self._queue if target is None or u.id == target]
         for utterance in dropped:
             self._queue.remove(utterance)
+            metrics.utterance_cancelled(self._route)
         in_flight = self._in_flight
         if in_flight is not None and (target is None or in_flight.id == target):
             in_flight.cancelled = True  # the speaker stops it at its next chunk and reports it
@@ -212,8 +220,16 @@ class BidiSession:
                 self._in_flight = None
 
     async def _speak_one(self, utterance: _Utterance) -> None:
+        bind_ids(utterance_id=utterance.id)
+        try:
+            await self._speak_one_counted(utterance)
+        except asyncio.CancelledError:  # the client left, or the server stopped it
+            metrics.utterance_cancelled(self._route)
+            raise
+
+    async def _speak_one_counted(self, utterance: _Utterance) -> None:
         encoder = make_encoder(utterance.format)
-        sent_bytes, audio_ms, synth_ms, started = 0, 0.0, 0.0, False
+        sent_bytes, audio_ms, synth_ms, started, first_audio_s = 0, 0.0, 0.0, False, None
         loop = asyncio.get_running_loop()
         async with aclosing(self._engine.stream(utterance.request, due=self._played_until)) as stream:
             while not utterance.cancelled:
@@ -233,6 +249,8 @@ class BidiSession:
                 if chunk is None or utterance.cancelled:
                     break
                 if not started:
+                    first_audio_s = time.perf_counter() - utterance.received
+                    metrics.first_audio(self._route, first_audio_s)
                     await self._send_frame(SynthesisStart(utterance.id, utterance.format.name, SAMPLE_RATE))
                     started = True
                 data = encoder.encode(chunk.pcm)
@@ -242,7 +260,9 @@ class BidiSession:
                 sent_bytes += len(data)
                 audio_ms += chunk.audio_ms
                 synth_ms += chunk.synth_ms
+        metrics.audio_sent(self._route, audio_ms)
         if utterance.cancelled:
+            metrics.utterance_cancelled(self._route)
             await self._send_frame(Cancelled(utterance.id))
             return
         if not started:
@@ -255,6 +275,7 @@ class BidiSession:
         if tail:
             await self._send_bytes(tail)
             sent_bytes += len(tail)
+        metrics.utterance_completed(self._route, audio_ms, synth_ms, first_audio_s)
         await self._send_frame(SynthesisComplete(utterance.id, round(audio_ms, 1), round(synth_ms, 1), sent_bytes))
 
     async def _end_for_shutdown(self, stopped: list[_Utterance]) -> None:
@@ -267,6 +288,7 @@ class BidiSession:
     # --- sending ---------------------------------------------------------------------------------------------
 
     async def _send_error(self, error: TTSError, utterance_id: str | None = None) -> None:
+        metrics.error(self._route, error.code)
         await self._send_frame(Error.of(error, utterance_id))
 
     async def _send_frame(self, frame: ServerFrame) -> None:

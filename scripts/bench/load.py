@@ -5,29 +5,79 @@ sum of the audio produced: below 1 means the machine keeps up with N listeners),
 (the event loop must stay free while the workers synthesize). With a windowing-off server in the run
 (KOKORO_WINDOWED=0), every level runs on it too, level by level, and the headline compares the first-audio spread:
 p95 at the most sessions over the single session's p50 (each session's first window ahead of others' later ones).
+
+The server's own view comes from its GET /metrics, sampled every 100 ms while a level runs: the scheduler's queue
+depth (max and p95 of the samples) and how many utterances its counters say it completed (one per session).
 """
 
 from __future__ import annotations
 
-from .client import concurrent
+import asyncio
+from collections.abc import Awaitable
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+from .client import concurrent, pct
 from .report import Row, Section
 from .texts import LOAD_REPLY
+
+SAMPLE_EVERY_S = 0.1
+
+
+async def server_metrics(client: httpx.AsyncClient, url: str) -> dict[str, float]:
+    """The server's queue depth and WebSocket utterances completed, from its /metrics."""
+    text = (await client.get(f"{url}/metrics")).raise_for_status().text
+    found = {"queue_depth": 0.0, "utterances_completed": 0.0}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == "kokoro_tts_queue_depth":
+                found["queue_depth"] = sample.value
+            elif sample.name == "kokoro_tts_utterances_total" and sample.labels == {
+                "route": "ws",
+                "outcome": "completed",
+            }:
+                found["utterances_completed"] = sample.value
+    return found
+
+
+async def with_server_metrics(url: str, work: Awaitable[dict[str, object]]) -> dict[str, object]:
+    """``work``'s row, plus the server's queue depth (max, p95) sampled from /metrics meanwhile, and the
+    utterances its counters completed."""
+    task = asyncio.ensure_future(work)
+    depths: list[float] = []
+    async with httpx.AsyncClient(timeout=10) as client:
+        before = await server_metrics(client, url)
+        while not task.done():
+            depths.append((await server_metrics(client, url))["queue_depth"])
+            await asyncio.wait({task}, timeout=SAMPLE_EVERY_S)
+        row = await task
+        after = await server_metrics(client, url)
+    return {
+        **row,
+        "queue_depth_max": max(depths, default=0.0),
+        "queue_depth_p95": pct(depths, 0.95) if depths else 0.0,
+        "server_utterances": after["utterances_completed"] - before["utterances_completed"],
+    }
 
 
 async def run_load(url: str, levels: list[int], whole_url: str | None = None) -> Section:
     rows: list[Row] = []
     off_rows: list[Row] = []
     for sessions in levels:
-        rows.append({"windowing": "on", **await concurrent(url, sessions, LOAD_REPLY)})
+        rows.append({"windowing": "on", **await with_server_metrics(url, concurrent(url, sessions, LOAD_REPLY))})
         if whole_url is not None:
-            off_rows.append({"windowing": "off", **await concurrent(whole_url, sessions, LOAD_REPLY)})
+            off = await with_server_metrics(whole_url, concurrent(whole_url, sessions, LOAD_REPLY))
+            off_rows.append({"windowing": "off", **off})
     first, last = rows[0], rows[-1]
     headline = (
         f"time to first audio p50 {first['ttfa_p50_ms']:.0f} ms with {first['sessions']} session(s), "
         f"{last['ttfa_p50_ms']:.0f} ms (p95 {last['ttfa_p95_ms']:.0f} ms) with {last['sessions']}; real-time factor "
         f"{last['aggregate_rtf']:.2f} at {last['sessions']} sessions (wall time / audio made: below 1 keeps up); "
-        f"/ping p50 ≤ "
-        f"{max(float(r['ping_p50_ms']) for r in rows):.0f} ms, max {max(float(r['ping_max_ms']) for r in rows):.0f} ms"
+        f"/ping p50 ≤ {max(float(r['ping_p50_ms']) for r in rows):.0f} ms, "
+        f"max {max(float(r['ping_max_ms']) for r in rows):.0f} ms; "
+        f"queue depth (/metrics) max {last['queue_depth_max']:.0f}, p95 {last['queue_depth_p95']:.0f} "
+        f"at {last['sessions']} sessions"
     )
     data: dict[str, object] = {"reply": LOAD_REPLY, "reply_chars": len(LOAD_REPLY), "levels": rows}
     spread = float(last["ttfa_p95_ms"]) / float(first["ttfa_p50_ms"])

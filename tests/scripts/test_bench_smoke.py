@@ -43,6 +43,10 @@ def test_quick_bench_writes_every_section(tmp_path: Path, model_dir: Path) -> No
     assert isolated["comparisons"]["first_window_over_whole_engine_p50"] > 0
     assert [level["sessions"] for level in results["load"]["levels"]] == [1, 2]
     assert [level["sessions"] for level in results["load"]["windowing_off"]["levels"]] == [1, 2]
+    # The server's own counters (its /metrics) moved by one utterance per session; its queue depth was sampled.
+    for level in results["load"]["levels"] + results["load"]["windowing_off"]["levels"]:
+        assert level["server_utterances"] == level["sessions"], level
+        assert 0 <= level["queue_depth_p95"] <= level["queue_depth_max"], level
     end_to_end = results["end_to_end"]
     if end_to_end["measured"]:
         assert set(end_to_end["modes"]) == {"bidi", "batch", "bidi, windowing off"}

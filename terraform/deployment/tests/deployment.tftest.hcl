@@ -201,12 +201,14 @@ run "apply_roles_and_runtime" {
 
   assert {
     condition = module.agentcore_runtime.environment_variables == {
-      AGENT_MODEL       = "bedrock"
-      TTS_ENDPOINT_NAME = "kokoro-tts"
-      AWS_REGION        = "us-east-1"
-      BEDROCK_MODEL_ID  = "us.anthropic.claude-3-5-haiku-20241022-v1:0"
+      AGENT_MODEL                 = "bedrock"
+      TTS_ENDPOINT_NAME           = "kokoro-tts"
+      AWS_REGION                  = "us-east-1"
+      BEDROCK_MODEL_ID            = "us.anthropic.claude-3-5-haiku-20241022-v1:0"
+      AGENT_OBSERVABILITY_ENABLED = "true"
+      OTEL_RESOURCE_ATTRIBUTES    = "service.name=kokoro_tts_agent"
     }
-    error_message = "The runtime needs AGENT_MODEL=bedrock, the endpoint name, the region and the model id."
+    error_message = "The runtime needs AGENT_MODEL=bedrock, the endpoint name, the region, the model id and ADOT's switch."
   }
 
   assert {

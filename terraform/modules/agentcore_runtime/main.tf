@@ -6,6 +6,13 @@ locals {
   # CloudFormation stack names allow hyphens but not underscores.
   stack_name = replace(local.runtime_name, "_", "-")
 
+  # ADOT (the image runs under opentelemetry-instrument) exports the agent's traces to X-Ray when this is true, as
+  # AgentCore observability documents; var.environment may override either (AGENT_OBSERVABILITY_ENABLED=false).
+  observability = {
+    AGENT_OBSERVABILITY_ENABLED = "true"
+    OTEL_RESOURCE_ATTRIBUTES    = "service.name=${local.runtime_name}"
+  }
+
   runtime_outputs = {
     AgentRuntimeArn = { Value = { "Fn::GetAtt" = ["Runtime", "AgentRuntimeArn"] } }
     AgentRuntimeId  = { Value = { "Fn::GetAtt" = ["Runtime", "AgentRuntimeId"] } }
@@ -29,7 +36,7 @@ locals {
             RoleArn               = var.role_arn
             NetworkConfiguration  = { NetworkMode = "PUBLIC" }
             ProtocolConfiguration = "HTTP"
-            EnvironmentVariables = merge(var.environment, {
+            EnvironmentVariables = merge(local.observability, var.environment, {
               # The agent's default is its scripted stand-in; the deployed agent speaks Bedrock's words.
               AGENT_MODEL       = "bedrock"
               TTS_ENDPOINT_NAME = var.tts_endpoint_name

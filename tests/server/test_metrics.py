@@ -1,0 +1,208 @@
+"""GET /metrics and the log lines' ids, on the real server: the exposition parses with Prometheus' own parser, and
+what a few requests do (WebSocket, /invocations, the OpenAI route, bad input, a refused session) moves the series
+it should, and only those."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import logging
+import os
+import signal
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from kokoro_client import logs
+from kokoro_client.protocol import Close, Synthesize, encode
+from prometheus_client.parser import text_string_to_metric_families
+from websockets.asyncio.client import connect
+from websockets.exceptions import ConnectionClosed
+
+from scripts.servers import free_port, serve_command, wait_ready
+
+Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+
+def scrape(base_url: str) -> Samples:
+    response = httpx.get(f"{base_url}/metrics", timeout=10)
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/plain")
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(response.text)
+        for sample in family.samples
+    }
+
+
+def value(samples: Samples, name: str, **labels: str) -> float:
+    return samples.get((name, tuple(sorted(labels.items()))), 0.0)
+
+
+async def speak_ws(ws_url: str, texts: list[str]) -> list[Any]:
+    """Each text as one utterance of one session, then close; every text frame the server sent."""
+    frames = []
+    async with connect(ws_url) as ws:
+        for text in texts:
+            await ws.send(encode(Synthesize(text)) if text else "{not json")
+        await ws.send(encode(Close()))
+        async for message in ws:
+            if isinstance(message, str):
+                frames.append(json.loads(message))
+    return frames
+
+
+def test_metrics_parse_and_move_with_each_route(server: Any) -> None:
+    before = scrape(server.base_url)
+    assert value(before, "kokoro_tts_model_ready") == 1
+    assert ("kokoro_tts_queue_depth", ()) in before
+    assert value(before, "kokoro_tts_limit", cap="sessions") == server.engine.settings.max_sessions
+
+    frames = asyncio.run(speak_ws(server.ws_url, ["Hello from the socket.", ""]))
+    assert [f["type"] for f in frames].count("synthesis_complete") == 1
+    assert any(f["type"] == "error" and f["code"] == "invalid_json" for f in frames)
+    ok = httpx.post(f"{server.base_url}/invocations", json={"text": "Hello over HTTP."}, timeout=60)
+    assert ok.status_code == 200 and ok.headers["x-request-id"]
+    openai = httpx.post(
+        f"{server.base_url}/v1/audio/speech",
+        json={"model": "kokoro", "input": "Hello, OpenAI client.", "voice": "alloy", "response_format": "pcm"},
+        timeout=60,
+    )
+    assert openai.status_code == 200
+    bad = httpx.post(f"{server.base_url}/invocations", json={"text": "   "}, timeout=10)
+    assert bad.status_code == 400
+
+    after = scrape(server.base_url)
+
+    def moved(name: str, **labels: str) -> float:
+        return value(after, name, **labels) - value(before, name, **labels)
+
+    for route in ("ws", "invocations", "openai"):
+        assert moved("kokoro_tts_utterances_total", route=route, outcome="completed") == 1, route
+        assert moved("kokoro_tts_time_to_first_audio_seconds_count", route=route) == 1, route
+        assert moved("kokoro_tts_real_time_factor_count", route=route) == 1, route
+        assert moved("kokoro_tts_real_time_factor_sum", route=route) > 0, route
+        assert moved("kokoro_tts_audio_seconds_total", route=route) > 0.5, route
+        # The first audio came within the request's own time, and the +Inf bucket holds every observation.
+        assert moved("kokoro_tts_time_to_first_audio_seconds_bucket", route=route, le="+Inf") == 1, route
+    assert moved("kokoro_tts_errors_total", route="ws", code="invalid_json") == 1
+    assert moved("kokoro_tts_errors_total", route="invocations", code="empty_text") == 1
+    assert moved("kokoro_tts_errors_total", route="openai", code="empty_text") == 0
+    assert moved("kokoro_tts_utterances_total", route="ws", outcome="cancelled") == 0
+    # Nothing is left in flight.
+    assert value(after, "kokoro_tts_in_use", cap="sessions") == 0
+    assert value(after, "kokoro_tts_in_use", cap="http_streams") == 0
+
+
+def test_a_refused_session_counts_against_its_cap(server: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    before = scrape(server.base_url)
+    monkeypatch.setattr(server.engine.sessions, "ceiling", 0)
+
+    async def refused() -> str:
+        async with connect(server.ws_url) as ws:
+            try:
+                await ws.recv()
+            except ConnectionClosed as closed:
+                return closed.rcvd.reason if closed.rcvd else ""
+        return ""
+
+    assert asyncio.run(refused()).startswith("server_busy")
+    after = scrape(server.base_url)
+    assert (
+        value(after, "kokoro_tts_refused_total", cap="sessions")
+        - value(before, "kokoro_tts_refused_total", cap="sessions")
+        == 1
+    )
+    assert (
+        value(after, "kokoro_tts_errors_total", route="ws", code="server_busy")
+        - value(before, "kokoro_tts_errors_total", route="ws", code="server_busy")
+        == 1
+    )
+
+
+def test_queue_depth_is_read_at_scrape_time_under_load(server: Any) -> None:
+    """Three sessions at once on one inference worker: the scheduler holds their next jobs, /metrics shows it."""
+    text = "This is a long sentence that takes the worker a while. " * 3
+
+    async def load() -> float:
+        seen = 0.0
+        sessions = asyncio.gather(*(speak_ws(server.ws_url, [text]) for _ in range(3)))
+        async with httpx.AsyncClient(timeout=10) as client:
+            while not sessions.done():
+                body = (await client.get(f"{server.base_url}/metrics")).text
+                for family in text_string_to_metric_families(body):
+                    if family.name == "kokoro_tts_queue_depth":
+                        seen = max(seen, family.samples[0].value)
+                await asyncio.sleep(0.05)
+        await sessions
+        return seen
+
+    assert asyncio.run(load()) >= 1
+    assert value(scrape(server.base_url), "kokoro_tts_queue_depth") == 0
+
+
+@pytest.fixture
+def json_log(server: Any) -> Iterator[io.StringIO]:
+    """The root logger's lines, as `serve` writes them with LOG_FORMAT=json, while the test runs."""
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(logs.formatter("json"))
+    handler.addFilter(logs.IdsFilter())
+    root = logging.getLogger()
+    level = root.level
+    root.addHandler(handler)
+    root.setLevel(logging.INFO)
+    try:
+        yield stream
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(level)
+
+
+def test_every_line_of_a_request_carries_its_ids(server: Any, json_log: io.StringIO) -> None:
+    frames = asyncio.run(speak_ws(server.ws_url, ["First sentence.", "Second one."]))
+    assert [f["type"] for f in frames].count("synthesis_complete") == 2
+    response = httpx.post(
+        f"{server.base_url}/invocations", json={"text": "Hi."}, headers={"X-Request-Id": "req-42"}, timeout=60
+    )
+    assert response.headers["x-request-id"] == "req-42"
+    lines = [json.loads(line) for line in json_log.getvalue().splitlines()]
+    for line in lines:
+        assert {"timestamp", "level", "logger", "message"} <= set(line), line
+    session = [line for line in lines if line["logger"] == "kokoro_tts.ws_session"]
+    assert [line["message"] for line in session] == ["session opened", "session closed"]
+    assert len({line["session_id"] for line in session}) == 1
+    utterances = [line for line in lines if line["logger"] == "kokoro_tts.utterances"]
+    ws_done = [line for line in utterances if line.get("session_id") == session[0]["session_id"]]
+    assert [line["utterance_id"] for line in ws_done] == ["u1", "u2"]
+    assert all(line["first_audio_ms"] > 0 and line["audio_ms"] > 0 for line in ws_done)
+    http_done = [line for line in utterances if line.get("request_id") == "req-42"]
+    assert len(http_done) == 1 and http_done[0]["route"] == "invocations"
+    access = [line for line in lines if line["logger"] == "hypercorn.access" and line.get("path") == "/invocations"]
+    assert [(line["request_id"], line["status"]) for line in access] == [("req-42", "200")]
+
+
+@pytest.mark.slow
+def test_serve_writes_one_json_object_per_line(model_dir: Path) -> None:
+    """The command the image runs, with the image's LOG_FORMAT=json: every line of its stderr is a JSON object."""
+    port = free_port()
+    env = {**os.environ, "KOKORO_MODEL_DIR": str(model_dir), "PORT": str(port), "LOG_FORMAT": "json"}
+    process = subprocess.Popen(serve_command(), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        wait_ready(base, process)
+        httpx.post(f"{base}/invocations", json={"text": "Hello."}, timeout=60).raise_for_status()
+        asyncio.run(speak_ws(base.replace("http", "ws") + "/invocations-bidirectional-stream", ["Hi there."]))
+    finally:
+        process.send_signal(signal.SIGTERM)
+        _, stderr = process.communicate(timeout=60)
+    lines = [json.loads(line) for line in stderr.decode().splitlines()]
+    assert all({"timestamp", "level", "logger", "message"} <= set(line) for line in lines)
+    completed = [line for line in lines if line["message"] == "utterance completed"]
+    assert {line["route"] for line in completed} == {"invocations", "ws"}
+    assert all(line.get("request_id") or line.get("utterance_id") for line in completed)
+    assert any(line["logger"] == "hypercorn.access" and line.get("request_id") for line in lines)
