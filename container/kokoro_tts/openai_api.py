@@ -26,7 +26,7 @@ from starlette.responses import JSONResponse, Response
 from .audio import SAMPLE_RATE, AudioFormat, audio_format, make_encoder
 from .backends.stages import SAMPLES_PER_FRAME
 from .engine import AudioChunk, SpeechRequest, TTSEngine
-from .http_api import GONE, ClientGone, engine_of, json_body, read_body, stream_speech
+from .http_api import GONE, ClientGone, Render, engine_of, json_body, read_body, stream_speech
 from .tempo import TempoStretcher, split_speed
 
 # One model, Kokoro-82M, under its own name and OpenAI's speech model names (so a client's default works).
@@ -105,6 +105,7 @@ class _SpeechParams:
 
 
 def _speech_params(engine: TTSEngine, fields: dict[str, Any]) -> _SpeechParams:
+    fields = {name: value for name, value in fields.items() if value is not None}  # null: the default, as omitted
     model = fields.get("model", "kokoro")
     if not isinstance(model, str):
         raise _FieldError(ErrorCode.INVALID_MESSAGE, "'model' must be a string such as 'kokoro'.", "model")
@@ -142,23 +143,23 @@ async def speech(request: Request) -> Response:
     try:
         engine = engine_of(request)
         params = _speech_params(engine, json_body(await read_body(request, engine)))
-        if params.sse:
-            usage = _Usage(input_tokens=len(params.speech.text))
-
-            def render(first: AudioChunk, rest: AsyncGenerator[AudioChunk]) -> AsyncIterator[bytes]:
-                return _sse_events(first, rest, _Output(params.fmt, params.tempo), usage)
-
-            return await stream_speech(request, engine, params.speech, render, "text/event-stream")
-
-        def render_audio(first: AudioChunk, rest: AsyncGenerator[AudioChunk]) -> AsyncIterator[bytes]:
-            return _audio(first, rest, _Output(params.fmt, params.tempo))
-
+        media_type = "text/event-stream" if params.sse else params.fmt.media_type
         headers = {"X-Sample-Rate": str(SAMPLE_RATE)}
-        return await stream_speech(request, engine, params.speech, render_audio, params.fmt.media_type, headers)
+        return await stream_speech(request, engine, params.speech, _render(params), media_type, headers)
     except TTSError as error:
         return error_response(error)
     except ClientGone:
         return GONE
+
+
+def _render(params: _SpeechParams) -> Render:
+    def render(first: AudioChunk, rest: AsyncGenerator[AudioChunk]) -> AsyncIterator[bytes]:
+        output = _Output(params.fmt, params.tempo)
+        if params.sse:
+            return _sse_events(first, rest, output, _Usage(input_tokens=len(params.speech.text)))
+        return _audio(first, rest, output)
+
+    return render
 
 
 class _Output:
