@@ -11,6 +11,7 @@ as OpenAI's, ``{"error": {"message", "type", "param", "code"}}``, with our stabl
 from __future__ import annotations
 
 import base64
+import logging
 import math
 from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing
@@ -18,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from kokoro_client.errors import ErrorCode, TTSError
+from kokoro_client.errors import INTERNAL_ERROR_MESSAGE, ErrorCode, TTSError
 from sse_starlette import JSONServerSentEvent
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -28,6 +29,8 @@ from .backends.stages import SAMPLES_PER_FRAME
 from .engine import AudioChunk, SpeechRequest, TTSEngine
 from .http_api import GONE, ClientGone, Render, engine_of, json_body, read_body, stream_speech
 from .tempo import TempoStretcher, split_speed
+
+log = logging.getLogger(__name__)
 
 # One model, Kokoro-82M, under its own name and OpenAI's speech model names (so a client's default works).
 MODELS = ("kokoro", "tts-1", "tts-1-hd", "gpt-4o-mini-tts", "gpt-4o-mini-tts-2025-12-15")
@@ -234,6 +237,12 @@ async def _sse_events(
                 yield _encode(event)
     except TTSError as error:  # the response has started: the error travels as the stream's last event
         yield _encode({"type": "error", "error": openai_error(error)})
+        return
+    except Exception:
+        log.exception("synthesis failed while its SSE stream was being sent")
+        yield _encode(
+            {"type": "error", "error": openai_error(TTSError(ErrorCode.INTERNAL_ERROR, INTERNAL_ERROR_MESSAGE))}
+        )
         return
     if data := output.finish():
         yield _encode(audio_delta(data))

@@ -130,6 +130,27 @@ def test_a_livekit_style_sse_request(server: Any) -> None:
     assert word_errors(request["input"], heard)[0] <= 1, heard
 
 
+def test_an_error_after_the_stream_started_is_its_last_event(server: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    import kokoro_tts.openai_api
+
+    calls = []
+    chunk_events = kokoro_tts.openai_api._chunk_events
+
+    def failing_second(chunk: Any, output: Any) -> list[dict[str, Any]]:
+        calls.append(chunk)
+        if len(calls) == 2:
+            raise TTSError(ErrorCode.SHUTTING_DOWN, "The server is shutting down; retry on another instance.")
+        return chunk_events(chunk, output)
+
+    monkeypatch.setattr(kokoro_tts.openai_api, "_chunk_events", failing_second)
+    body = {"input": "Thanks for waiting. Your order shipped today.", "response_format": "pcm", "stream_format": "sse"}
+    response = httpx.post(f"{server.base_url}/v1/audio/speech", json=body, timeout=60)
+    assert response.status_code == 200
+    events = sse_events(response.text)
+    assert [e["type"] for e in events] == ["speech.audio.delta", "error"]
+    assert events[-1]["error"]["code"] == "shutting_down" and events[-1]["error"]["type"] == "server_error"
+
+
 LANGUAGE_SAMPLES = {"a": "Hello.", "b": "Hello.", "e": "Hola.", "f": "Bonjour.", "h": "नमस्ते।", "i": "Ciao."}
 LANGUAGE_SAMPLES |= {"p": "Olá.", "z": "你好。"}
 
