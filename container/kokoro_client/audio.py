@@ -10,7 +10,7 @@ SAMPLE_WIDTH: Final = 2
 """Bytes per sample of ``pcm``: signed 16-bit little-endian."""
 BYTES_PER_SECOND: Final = SAMPLE_RATE * SAMPLE_WIDTH
 
-FORMAT_NAMES: Final = ("pcm", "wav", "mp3", "opus", "aac")
+FORMAT_NAMES: Final = ("pcm", "wav", "mp3", "opus", "aac", "flac")
 """Every audio format a request may name; ``pcm`` is the default of a session and of ``POST /invocations``."""
 DEFAULT_FORMAT: Final = "pcm"
 

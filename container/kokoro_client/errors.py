@@ -24,6 +24,7 @@ class ErrorCode(StrEnum):
     UNSUPPORTED_LANGUAGE = "unsupported_language"
     INVALID_SPEED = "invalid_speed"
     UNSUPPORTED_FORMAT = "unsupported_format"
+    UNKNOWN_MODEL = "unknown_model"
     INVALID_ID = "invalid_id"
     QUEUE_FULL = "queue_full"
     MESSAGE_TOO_LARGE = "message_too_large"
@@ -37,6 +38,7 @@ class ErrorCode(StrEnum):
 
 
 _STATUS = {
+    ErrorCode.UNKNOWN_MODEL: 404,
     ErrorCode.TEXT_TOO_LONG: 413,
     ErrorCode.MESSAGE_TOO_LARGE: 413,
     ErrorCode.UNSUPPORTED_MEDIA_TYPE: 415,

@@ -18,9 +18,9 @@ from starlette.middleware import Middleware
 from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket
 
-from . import metrics
+from . import metrics, openai_api
 from .engine import TTSEngine
-from .http_api import health, invocations, openai_speech, ping
+from .http_api import health, invocations, ping
 from .request_ids import RequestIds
 from .settings import Settings
 from .ws_session import BidiSession
@@ -82,7 +82,10 @@ def create_app(
             Route(PING_PATH, ping, methods=["GET"]),
             Route("/health", health, methods=["GET"]),
             Route(INVOCATIONS_PATH, invocations, methods=["POST"]),
-            Route("/v1/audio/speech", openai_speech, methods=["POST"]),
+            Route("/v1/audio/speech", openai_api.speech, methods=["POST"]),
+            Route("/v1/audio/voices", openai_api.voices, methods=["GET"]),
+            Route("/v1/models", openai_api.models, methods=["GET"]),
+            Route("/v1/models/{model_id:path}", openai_api.model, methods=["GET"]),
             WebSocketRoute(WS_PATH, bidirectional_stream),
             Route("/metrics", metrics.metrics_endpoint, methods=["GET"]),
         ],

@@ -36,6 +36,8 @@ FORMATS: dict[str, AudioFormat] = {
         AudioFormat("mp3", "audio/mpeg", "mp3", "libmp3lame", {}),
         AudioFormat("opus", "audio/ogg;codecs=opus", "ogg", "libopus", {"page_duration": "20000"}),
         AudioFormat("aac", "audio/aac", "adts", "aac", {}),
+        # Lossless; STREAMINFO leaves first with the total length unknown (a pipe cannot be rewound), as FLAC allows.
+        AudioFormat("flac", "audio/flac", "flac", "flac", {}),
     )
 }
 

@@ -1,6 +1,7 @@
-"""HTTP routes: GET /ping, GET /health, POST /invocations (SageMaker) and POST /v1/audio/speech (OpenAI-compatible).
+"""HTTP routes: GET /ping, GET /health, POST /invocations (SageMaker); and the streaming every synthesis route shares
+(``stream_speech``; the OpenAI-compatible routes are openai_api.py).
 
-Both POST routes stream: the first chunk is synthesized before the response starts (so a request with nothing
+Every POST route streams: the first chunk is synthesized before the response starts (so a request with nothing
 speakable still gets a 4xx), then each later chunk's bytes leave as soon as they exist. Work is done only for a
 client still there: the body must arrive within ``body_timeout_s``, and a client that leaves (socket closed,
 HTTP/2 stream reset) while its first chunk waits or streams stops its synthesis at once.
@@ -12,7 +13,7 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any
@@ -26,19 +27,6 @@ from .audio import SAMPLE_RATE, AudioFormat, audio_format, make_encoder
 from .engine import AudioChunk, SpeechRequest, TTSEngine
 
 log = logging.getLogger(__name__)
-
-# OpenAI's voice names, for clients that send them unchanged.
-OPENAI_VOICES = {
-    "alloy": "af_alloy",
-    "ash": "am_adam",
-    "coral": "af_heart",
-    "echo": "am_echo",
-    "fable": "bm_fable",
-    "nova": "af_nova",
-    "onyx": "am_onyx",
-    "sage": "af_sarah",
-    "shimmer": "af_bella",
-}
 
 
 def error_response(error: TTSError) -> JSONResponse:
@@ -117,7 +105,7 @@ async def invocations(request: Request) -> Response:
         return await health(request)
     try:
         engine = engine_of(request)
-        body = await _read_body(request, engine)
+        body = await read_body(request, engine)
         fields = _invocation_fields(request, body)
         speech = engine.request(fields.get("text"), fields.get("voice"), fields.get("speed"))
         fmt = audio_format(fields.get("format", "pcm"))
@@ -129,28 +117,7 @@ async def invocations(request: Request) -> Response:
         return GONE
 
 
-async def openai_speech(request: Request) -> Response:
-    try:
-        engine = engine_of(request)
-        body = await _read_body(request, engine)
-        fields = _json_body(body)
-        model = fields.get("model", "kokoro")
-        if not isinstance(model, str):
-            raise TTSError(ErrorCode.INVALID_MESSAGE, "'model' must be a string such as 'kokoro'.")
-        voice = fields.get("voice")
-        if isinstance(voice, str):
-            voice = OPENAI_VOICES.get(voice, voice)
-        speech = engine.request(fields.get("input"), voice, fields.get("speed"))
-        fmt = audio_format(fields.get("response_format", "mp3"))
-        return await _stream(request, engine, speech, fmt)
-    except TTSError as error:
-        metrics.error("openai", error.code)
-        return error_response(error)
-    except ClientGone:
-        return GONE
-
-
-async def _read_body(request: Request, engine: TTSEngine) -> bytes:
+async def read_body(request: Request, engine: TTSEngine) -> bytes:
     limit, timeout = engine.settings.max_message_bytes, engine.settings.body_timeout_s
     body = bytearray()
     try:
@@ -172,7 +139,7 @@ async def _read_body(request: Request, engine: TTSEngine) -> bytes:
 def _invocation_fields(request: Request, body: bytes) -> dict[str, Any]:
     content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if content_type == "application/json" or (not content_type and body.lstrip().startswith(b"{")):
-        return _json_body(body)
+        return json_body(body)
     if content_type in ("", "text/plain"):
         return {"text": _utf8(body)}
     raise TTSError(
@@ -188,7 +155,7 @@ def _utf8(body: bytes) -> str:
         raise TTSError(ErrorCode.INVALID_UTF8, f"The body is not UTF-8 (byte {exc.start}).") from None
 
 
-def _json_body(body: bytes) -> dict[str, Any]:
+def json_body(body: bytes) -> dict[str, Any]:
     try:
         value = json.loads(_utf8(body))
     except (ValueError, RecursionError):
@@ -198,7 +165,27 @@ def _json_body(body: bytes) -> dict[str, Any]:
     return value
 
 
+# The response body, from the first chunk (already synthesized) and the chunks after it.
+Render = Callable[[AudioChunk, AsyncGenerator[AudioChunk]], AsyncIterator[bytes]]
+
+
 async def _stream(request: Request, engine: TTSEngine, speech: SpeechRequest, fmt: AudioFormat) -> Response:
+    headers = {"X-Sample-Rate": str(SAMPLE_RATE)}
+    return await stream_speech(
+        request, engine, speech, lambda first, rest: _encoded(first, rest, fmt), fmt.media_type, headers
+    )
+
+
+async def stream_speech(
+    request: Request,
+    engine: TTSEngine,
+    speech: SpeechRequest,
+    render: Render,
+    media_type: str,
+    headers: dict[str, str] | None = None,
+) -> Response:
+    """Synthesize the first chunk (a 4xx if there is nothing to speak, ``ClientGone`` if the client leaves first),
+    then stream ``render``'s bytes; the synthesis stops and the HTTP slot is freed however the response ends."""
     engine.scheduler.admit(engine.settings.max_first_audio_wait_s)  # server_busy when too far behind already
     route, started = metrics.route_of(request.url.path), time.perf_counter()
     engine.http_streams.acquire()  # released when the response ends, however it ends
@@ -214,10 +201,11 @@ async def _stream(request: Request, engine: TTSEngine, speech: SpeechRequest, fm
         raise TTSError(ErrorCode.NOTHING_TO_SPEAK, "The text has nothing that can be spoken in this voice.")
     first_audio_s = time.perf_counter() - started
     metrics.first_audio(route, first_audio_s)
-    headers = {"X-Sample-Rate": str(SAMPLE_RATE), "Cache-Control": "no-store"}
     tally = _Tally(route, first_audio_s)
-    body = _encoded(first, chunks, fmt, tally)
-    return _SynthesisResponse(engine, chunks, tally, body, media_type=fmt.media_type, headers=headers)
+    tally.add(first)
+    body = tally.until_done(render(first, tally.counting(chunks)))
+    headers = {**(headers or {}), "Cache-Control": "no-store"}
+    return _SynthesisResponse(engine, chunks, tally, body, media_type=media_type, headers=headers)
 
 
 @dataclass
@@ -233,6 +221,17 @@ class _Tally:
     def add(self, chunk: AudioChunk) -> None:
         self.audio_ms += chunk.audio_ms
         self.synth_ms += chunk.synth_ms
+
+    async def counting(self, chunks: AsyncGenerator[AudioChunk]) -> AsyncGenerator[AudioChunk]:
+        async with aclosing(chunks):
+            async for chunk in chunks:
+                self.add(chunk)
+                yield chunk
+
+    async def until_done(self, body: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+        async for data in body:
+            yield data
+        self.done = True
 
     def ended(self) -> None:
         metrics.audio_sent(self.route, self.audio_ms)
@@ -298,18 +297,13 @@ async def _disconnected(request: Request) -> None:
         pass
 
 
-async def _encoded(
-    first: AudioChunk, rest: AsyncGenerator[AudioChunk], fmt: AudioFormat, tally: _Tally
-) -> AsyncIterator[bytes]:
+async def _encoded(first: AudioChunk, rest: AsyncGenerator[AudioChunk], fmt: AudioFormat) -> AsyncIterator[bytes]:
     encoder = make_encoder(fmt)
     async with aclosing(rest):
-        tally.add(first)
         if data := encoder.encode(first.pcm):
             yield data
         async for chunk in rest:
-            tally.add(chunk)
             if data := encoder.encode(chunk.pcm):
                 yield data
     if data := encoder.finish():
         yield data
-    tally.done = True

@@ -1,4 +1,5 @@
-"""Voice packs by name and as weighted blends ("af_heart:0.7,af_bella:0.3")."""
+"""Voice packs by name and as weighted blends: ours ("af_heart:0.7,af_bella:0.3") and Kokoro-FastAPI's
+("af_bella+af_sky", "af_bella(2)+af_sky(1)"), so that its clients' voice strings work unchanged."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from .weights.layout import WeightLayout
 
 STYLE_ROWS = 510
 _NAME = re.compile(r"^[a-z]{2}_[a-z0-9_]+$")
+_WEIGHTED = re.compile(r"^(?P<name>[^()]*)\((?P<weight>[^()]*)\)$")  # Kokoro-FastAPI's "af_bella(2)"
 MAX_BLEND_PARTS = 8
 
 
@@ -77,27 +79,50 @@ class VoiceBank:
 
 
 def _parse_blend(spec: str) -> list[tuple[str, float]]:
-    parts: list[tuple[str, float]] = []
-    for item in spec.split(","):
-        name, sep, weight_text = item.partition(":")
-        weight = 1.0
-        if sep:
-            try:
-                weight = float(weight_text)
-            except ValueError:
-                weight = -1.0
-            if not weight > 0 or weight == float("inf"):
-                raise TTSError(
-                    ErrorCode.INVALID_VOICE,
-                    f"Voice weight {weight_text!r} in {spec!r} must be a positive number, "
-                    "as in 'af_heart:0.7,af_bella:0.3'.",
-                )
-        if not _NAME.match(name):
-            raise TTSError(
-                ErrorCode.INVALID_VOICE,
-                f"{name!r} is not a voice name; voices look like 'af_heart', blends like 'af_heart:0.7,af_bella:0.3'.",
-            )
-        parts.append((name, weight))
+    """[(name, weight)] from either syntax (not both in one spec); the weights are normalised by the caller."""
+    if "+" in spec and ("," in spec or ":" in spec):
+        raise TTSError(
+            ErrorCode.INVALID_VOICE,
+            f"{spec!r} mixes two blend syntaxes; write 'af_heart:0.7,af_bella:0.3' or 'af_heart(7)+af_bella(3)'.",
+        )
+    if "+" in spec or "(" in spec:
+        parts = [_plus_part(item, spec) for item in spec.split("+")]
+    else:
+        parts = [_comma_part(item, spec) for item in spec.split(",")]
     if len(parts) > MAX_BLEND_PARTS:
         raise TTSError(ErrorCode.INVALID_VOICE, f"A blend may mix at most {MAX_BLEND_PARTS} voices.")
     return parts
+
+
+def _comma_part(item: str, spec: str) -> tuple[str, float]:
+    name, sep, weight_text = item.partition(":")
+    return _checked_name(name), _weight(weight_text, spec, "'af_heart:0.7,af_bella:0.3'") if sep else 1.0
+
+
+def _plus_part(item: str, spec: str) -> tuple[str, float]:
+    if match := _WEIGHTED.match(item):
+        return _checked_name(match["name"]), _weight(match["weight"], spec, "'af_bella(2)+af_sky(1)'")
+    return _checked_name(item), 1.0
+
+
+def _checked_name(name: str) -> str:
+    if not _NAME.match(name):
+        raise TTSError(
+            ErrorCode.INVALID_VOICE,
+            f"{name!r} is not a voice name; voices look like 'af_heart', blends like 'af_heart:0.7,af_bella:0.3' "
+            "or 'af_heart(7)+af_bella(3)'.",
+        )
+    return name
+
+
+def _weight(text: str, spec: str, example: str) -> float:
+    try:
+        weight = float(text)
+    except ValueError:
+        weight = -1.0
+    if not weight > 0 or weight == float("inf"):
+        raise TTSError(
+            ErrorCode.INVALID_VOICE,
+            f"Voice weight {text!r} in {spec!r} must be a positive number, as in {example}.",
+        )
+    return weight

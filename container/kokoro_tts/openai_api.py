@@ -1,0 +1,295 @@
+"""OpenAI's speech API, so its clients work unchanged: POST /v1/audio/speech, GET /v1/audio/voices (Kokoro-FastAPI's
+list, which Open WebUI reads), GET /v1/models and /v1/models/{id}.
+
+The same engine and streaming as /invocations (http_api.stream_speech), in OpenAI's vocabulary: ``input``,
+``response_format`` (default mp3), ``speed`` 0.25–4.0 (tempo.py: the model's range, then a time-stretch),
+OpenAI's voice names, ``stream_format`` "audio" (the bytes themselves) or "sse" (``speech.audio.delta`` events
+carrying base64 audio in the requested format, then one ``speech.audio.done`` with ``usage``), and errors shaped
+as OpenAI's, ``{"error": {"message", "type", "param", "code"}}``, with our stable code in ``code``.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import math
+from collections.abc import AsyncGenerator, AsyncIterator
+from contextlib import aclosing
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from kokoro_client.errors import INTERNAL_ERROR_MESSAGE, ErrorCode, TTSError
+from sse_starlette import JSONServerSentEvent
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from . import metrics
+from .audio import SAMPLE_RATE, AudioFormat, audio_format, make_encoder
+from .backends.stages import SAMPLES_PER_FRAME
+from .engine import AudioChunk, SpeechRequest, TTSEngine
+from .http_api import GONE, ClientGone, Render, engine_of, json_body, read_body, stream_speech
+from .tempo import TempoStretcher, split_speed
+
+log = logging.getLogger(__name__)
+
+# One model, Kokoro-82M, under its own name and OpenAI's speech model names (so a client's default works).
+MODELS = ("kokoro", "tts-1", "tts-1-hd", "gpt-4o-mini-tts", "gpt-4o-mini-tts-2025-12-15")
+MODEL_OWNER = "hexgrad"
+MODEL_CREATED = 1736294400  # 2025-01-08, Kokoro-82M v1.0's release: the Unix time OpenAI's model objects carry
+
+# OpenAI's built-in voices → the Kokoro voice nearest in gender and accent.
+OPENAI_VOICES = {
+    "alloy": "af_alloy",
+    "ash": "am_adam",
+    "ballad": "bm_lewis",
+    "cedar": "am_michael",
+    "coral": "af_heart",
+    "echo": "am_echo",
+    "fable": "bm_fable",
+    "marin": "af_river",
+    "nova": "af_nova",
+    "onyx": "am_onyx",
+    "sage": "af_sarah",
+    "shimmer": "af_bella",
+    "verse": "am_puck",
+}
+
+MIN_SPEED, MAX_SPEED = 0.25, 4.0
+STREAM_FORMATS = ("audio", "sse")
+
+# The request field each code is about, for OpenAI's ``param``.
+_PARAMS = {
+    ErrorCode.MISSING_TEXT: "input",
+    ErrorCode.EMPTY_TEXT: "input",
+    ErrorCode.INVALID_TEXT: "input",
+    ErrorCode.TEXT_TOO_LONG: "input",
+    ErrorCode.NOTHING_TO_SPEAK: "input",
+    ErrorCode.NUMBER_TOO_LONG: "input",
+    ErrorCode.UNKNOWN_VOICE: "voice",
+    ErrorCode.INVALID_VOICE: "voice",
+    ErrorCode.UNSUPPORTED_LANGUAGE: "voice",
+    ErrorCode.INVALID_SPEED: "speed",
+    ErrorCode.UNSUPPORTED_FORMAT: "response_format",
+    ErrorCode.UNKNOWN_MODEL: "model",
+}
+
+
+class _FieldError(TTSError):
+    """A ``TTSError`` about a field the code alone does not name (``stream_format`` vs ``response_format``)."""
+
+    def __init__(self, code: ErrorCode, message: str, param: str) -> None:
+        super().__init__(code, message)
+        self.param = param
+
+
+def openai_error(error: TTSError) -> dict[str, Any]:
+    # The engine's messages name our field 'text'; this route's client sent 'input'.
+    return {
+        "message": error.message.replace("'text'", "'input'"),
+        "type": "server_error" if error.http_status >= 500 else "invalid_request_error",
+        "param": getattr(error, "param", None) or _PARAMS.get(error.code),
+        "code": error.code.value,
+    }
+
+
+def error_response(error: TTSError) -> JSONResponse:
+    headers = {"Retry-After": str(error.retry_after_s)} if error.retry_after_s is not None else None
+    return JSONResponse({"error": openai_error(error)}, status_code=error.http_status, headers=headers)
+
+
+# --- POST /v1/audio/speech
+
+
+@dataclass(frozen=True)
+class _SpeechParams:
+    speech: SpeechRequest
+    fmt: AudioFormat
+    tempo: float  # the time-stretch after the model (1.0: none)
+    sse: bool
+
+
+def _speech_params(engine: TTSEngine, fields: dict[str, Any]) -> _SpeechParams:
+    fields = {name: value for name, value in fields.items() if value is not None}  # null: the default, as omitted
+    model = fields.get("model", "kokoro")
+    if not isinstance(model, str):
+        raise _FieldError(ErrorCode.INVALID_MESSAGE, "'model' must be a string such as 'kokoro'.", "model")
+    _check_model(model)
+    stream_format = fields.get("stream_format", "audio")
+    if stream_format not in STREAM_FORMATS:
+        raise _FieldError(
+            ErrorCode.UNSUPPORTED_FORMAT,
+            f"Unsupported stream_format {stream_format!r}; use 'audio' or 'sse'.",
+            "stream_format",
+        )
+    speed = fields.get("speed", 1.0)
+    # Compared before float(): a 400-digit integer is a bad speed, not an OverflowError.
+    if isinstance(speed, bool) or not isinstance(speed, int | float) or not MIN_SPEED <= speed <= MAX_SPEED:
+        shown = repr(speed) if len(repr(speed)) <= 40 else repr(speed)[:37] + "..."
+        raise TTSError(
+            ErrorCode.INVALID_SPEED, f"'speed' must be a number from {MIN_SPEED} to {MAX_SPEED}, not {shown}."
+        )
+    model_speed, tempo = split_speed(float(speed), engine.settings.min_speed, engine.settings.max_speed)
+    speech = engine.request(fields.get("input"), _voice_spec(fields.get("voice")), model_speed)
+    fmt = audio_format(fields.get("response_format", "mp3"))
+    return _SpeechParams(speech, fmt, tempo, stream_format == "sse")
+
+
+def _voice_spec(voice: object) -> object:
+    """A Kokoro voice or blend as is; OpenAI's names mapped; OpenAI's ``{"id": ...}`` voice object unwrapped."""
+    if isinstance(voice, dict) and set(voice) == {"id"}:
+        voice = voice["id"]
+    if isinstance(voice, str):
+        return OPENAI_VOICES.get(voice.strip().lower(), voice)
+    return voice
+
+
+async def speech(request: Request) -> Response:
+    try:
+        engine = engine_of(request)
+        params = _speech_params(engine, json_body(await read_body(request, engine)))
+        media_type = "text/event-stream" if params.sse else params.fmt.media_type
+        headers = {"X-Sample-Rate": str(SAMPLE_RATE)}
+        return await stream_speech(request, engine, params.speech, _render(params), media_type, headers)
+    except TTSError as error:
+        metrics.error("openai", error.code)
+        return error_response(error)
+    except ClientGone:
+        return GONE
+
+
+def _render(params: _SpeechParams) -> Render:
+    def render(first: AudioChunk, rest: AsyncGenerator[AudioChunk]) -> AsyncIterator[bytes]:
+        output = _Output(params.fmt, params.tempo)
+        if params.sse:
+            return _sse_events(first, rest, output, _Usage(input_tokens=len(params.speech.text)))
+        return _audio(first, rest, output)
+
+    return render
+
+
+class _Output:
+    """PCM → the time-stretch (if any) → the requested container, chunk by chunk."""
+
+    def __init__(self, fmt: AudioFormat, tempo: float) -> None:
+        self._encoder = make_encoder(fmt)
+        self._stretcher = TempoStretcher(tempo) if tempo != 1.0 else None
+        self.model_samples = 0  # before the stretch: what the model made
+
+    def push(self, pcm: np.ndarray) -> bytes:
+        self.model_samples += pcm.size
+        return self._encoder.encode(self._stretcher.process(pcm) if self._stretcher else pcm)
+
+    def finish(self) -> bytes:
+        tail = self._encoder.encode(self._stretcher.finish()) if self._stretcher else b""
+        return tail + self._encoder.finish()
+
+
+async def _chunks(first: AudioChunk, rest: AsyncGenerator[AudioChunk]) -> AsyncIterator[AudioChunk]:
+    yield first
+    async with aclosing(rest):
+        async for chunk in rest:
+            yield chunk
+
+
+async def _audio(first: AudioChunk, rest: AsyncGenerator[AudioChunk], output: _Output) -> AsyncIterator[bytes]:
+    async for chunk in _chunks(first, rest):
+        if data := output.push(chunk.pcm):
+            yield data
+    if data := output.finish():
+        yield data
+
+
+# --- stream_format "sse": OpenAI's events, each one bare ``data: {json}`` line and a blank line.
+
+
+@dataclass
+class _Usage:
+    """OpenAI counts tokens; Kokoro's nearest units: the characters of text it read (after cleaning) and the
+    25 ms frames its decoder made (before any time-stretch)."""
+
+    input_tokens: int
+    output_tokens: int = 0
+
+    def to_dict(self) -> dict[str, int]:
+        total = self.input_tokens + self.output_tokens
+        return {"input_tokens": self.input_tokens, "output_tokens": self.output_tokens, "total_tokens": total}
+
+
+def audio_delta(data: bytes) -> dict[str, Any]:
+    return {"type": "speech.audio.delta", "audio": base64.b64encode(data).decode("ascii")}
+
+
+def audio_done(usage: _Usage) -> dict[str, Any]:
+    return {"type": "speech.audio.done", "usage": usage.to_dict()}
+
+
+def _chunk_events(chunk: AudioChunk, output: _Output) -> list[dict[str, Any]]:
+    """The events one synthesized chunk adds to the stream: its audio (what the encoder has ready). Another event
+    type per chunk (word timings, say) is one more entry here; its times would be divided by the stretch."""
+    data = output.push(chunk.pcm)
+    return [audio_delta(data)] if data else []
+
+
+async def _sse_events(
+    first: AudioChunk, rest: AsyncGenerator[AudioChunk], output: _Output, usage: _Usage
+) -> AsyncIterator[bytes]:
+    try:
+        async for chunk in _chunks(first, rest):
+            for event in _chunk_events(chunk, output):
+                yield _encode(event)
+    except TTSError as error:  # the response has started: the error travels as the stream's last event
+        yield _encode({"type": "error", "error": openai_error(error)})
+        return
+    except Exception:
+        log.exception("synthesis failed while its SSE stream was being sent")
+        yield _encode(
+            {"type": "error", "error": openai_error(TTSError(ErrorCode.INTERNAL_ERROR, INTERNAL_ERROR_MESSAGE))}
+        )
+        return
+    if data := output.finish():
+        yield _encode(audio_delta(data))
+    usage.output_tokens = math.ceil(output.model_samples / SAMPLES_PER_FRAME)
+    yield _encode(audio_done(usage))
+
+
+def _encode(event: dict[str, Any]) -> bytes:
+    return JSONServerSentEvent(event, sep="\n").encode()
+
+
+# --- GET /v1/audio/voices, /v1/models, /v1/models/{id}
+
+
+async def voices(request: Request) -> Response:
+    """Every voice this server can speak (packs whose language the phonemizer supports), as Kokoro-FastAPI lists
+    them; OpenAI's names are aliases of some of these, not voices of their own."""
+    try:
+        engine = engine_of(request)
+    except TTSError as error:
+        return error_response(error)
+    return JSONResponse({"voices": engine.voices.names})
+
+
+def _model(model_id: str) -> dict[str, Any]:
+    return {"id": model_id, "object": "model", "created": MODEL_CREATED, "owned_by": MODEL_OWNER}
+
+
+def _check_model(model_id: str) -> None:
+    if model_id not in MODELS:
+        raise TTSError(
+            ErrorCode.UNKNOWN_MODEL,
+            f"The model {model_id[:100]!r} does not exist here; use one of: {', '.join(MODELS)} (all Kokoro-82M).",
+        )
+
+
+async def models(request: Request) -> Response:
+    return JSONResponse({"object": "list", "data": [_model(model_id) for model_id in MODELS]})
+
+
+async def model(request: Request) -> Response:
+    model_id = request.path_params["model_id"]
+    try:
+        _check_model(model_id)
+    except TTSError as error:
+        return error_response(error)
+    return JSONResponse(_model(model_id))
