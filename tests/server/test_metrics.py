@@ -7,11 +7,11 @@ from __future__ import annotations
 import asyncio
 import io
 import json
-import time
 import logging
 import os
 import signal
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
