@@ -24,6 +24,7 @@ class ErrorCode(StrEnum):
     UNSUPPORTED_LANGUAGE = "unsupported_language"
     INVALID_SPEED = "invalid_speed"
     UNSUPPORTED_FORMAT = "unsupported_format"
+    UNSUPPORTED_SAMPLE_RATE = "unsupported_sample_rate"
     INVALID_ID = "invalid_id"
     QUEUE_FULL = "queue_full"
     MESSAGE_TOO_LARGE = "message_too_large"

@@ -19,7 +19,7 @@ from kokoro_client.errors import INTERNAL_ERROR_MESSAGE, ErrorCode, TTSError
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
-from .audio import SAMPLE_RATE, AudioFormat, audio_format, make_encoder
+from .audio import AudioFormat, audio_format, make_encoder, output_rate
 from .engine import AudioChunk, SpeechRequest, TTSEngine
 
 log = logging.getLogger(__name__)
@@ -117,7 +117,7 @@ async def invocations(request: Request) -> Response:
         fields = _invocation_fields(request, body)
         speech = engine.request(fields.get("text"), fields.get("voice"), fields.get("speed"))
         fmt = audio_format(fields.get("format", "pcm"))
-        return await _stream(request, engine, speech, fmt)
+        return await _stream(request, engine, speech, fmt, output_rate(fmt, fields.get("sample_rate")))
     except TTSError as error:
         return error_response(error)
     except ClientGone:
@@ -192,7 +192,10 @@ def _json_body(body: bytes) -> dict[str, Any]:
     return value
 
 
-async def _stream(request: Request, engine: TTSEngine, speech: SpeechRequest, fmt: AudioFormat) -> Response:
+async def _stream(
+    request: Request, engine: TTSEngine, speech: SpeechRequest, fmt: AudioFormat, sample_rate: int | None = None
+) -> Response:
+    sample_rate = fmt.default_rate if sample_rate is None else sample_rate
     engine.http_streams.acquire()  # released when the response ends, however it ends
     try:
         chunks = engine.stream(speech)
@@ -204,8 +207,9 @@ async def _stream(request: Request, engine: TTSEngine, speech: SpeechRequest, fm
     if first is None:
         engine.http_streams.release()
         raise TTSError(ErrorCode.NOTHING_TO_SPEAK, "The text has nothing that can be spoken in this voice.")
-    headers = {"X-Sample-Rate": str(SAMPLE_RATE), "Cache-Control": "no-store"}
-    return _SynthesisResponse(engine, chunks, _encoded(first, chunks, fmt), media_type=fmt.media_type, headers=headers)
+    headers = {"X-Sample-Rate": str(sample_rate), "Cache-Control": "no-store"}
+    body = _encoded(first, chunks, fmt, sample_rate)
+    return _SynthesisResponse(engine, chunks, body, media_type=fmt.content_type(sample_rate), headers=headers)
 
 
 class _SynthesisResponse(StreamingResponse):
@@ -255,8 +259,10 @@ async def _disconnected(request: Request) -> None:
         pass
 
 
-async def _encoded(first: AudioChunk, rest: AsyncGenerator[AudioChunk], fmt: AudioFormat) -> AsyncIterator[bytes]:
-    encoder = make_encoder(fmt)
+async def _encoded(
+    first: AudioChunk, rest: AsyncGenerator[AudioChunk], fmt: AudioFormat, sample_rate: int
+) -> AsyncIterator[bytes]:
+    encoder = make_encoder(fmt, sample_rate)
     async with aclosing(rest):
         if data := encoder.encode(first.pcm):
             yield data
