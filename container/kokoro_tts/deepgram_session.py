@@ -6,8 +6,9 @@ end when the client vanishes, the same drain on shutdown. What differs:
 - Speak text goes through the sentence chunker (kokoro_client.chunker), so a client may send an LLM's tokens as
   they come: each sentence is queued as an utterance the moment it is complete.
 - Flush queues what is buffered; ``Flushed`` follows the last audio of everything queued before it.
-- Clear drops the buffer, the queue and the utterance in flight (within one vocoder window: the speaker checks
-  between windows); ``Cleared`` follows the last audio sent, so no audio of the cleared text comes after it. A
+- Clear drops the buffer, the queue and the utterance in flight (at once, as a cancel does: the speaker stops
+  waiting for the window being made); ``Cleared`` follows the last audio sent, so no audio of the cleared text
+  comes after it. A
   Flush whose audio a Clear dropped is not answered: the Cleared stands for it.
 - Close queues what is buffered, speaks it all and closes with 1000.
 - A refused message gets a ``Warning`` with the stable code and the session carries on; bad query parameters get
@@ -201,7 +202,7 @@ class DeepgramSession(BidiSession):
         self._queue.clear()
         in_flight = self._in_flight
         if isinstance(in_flight, _Sentence):
-            in_flight.cancelled = True  # the speaker stops it at its next window, then sends the answer
+            in_flight.cancel()  # the speaker stops waiting for its next window at once, then sends the answer
             kept: list[Flushed | Cleared] = [m for m in in_flight.after if isinstance(m, Cleared)]
             in_flight.after = [*kept, answer]
         else:

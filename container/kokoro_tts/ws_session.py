@@ -14,6 +14,7 @@ import contextlib
 import itertools
 import logging
 from collections import deque
+from collections.abc import Awaitable
 from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any
@@ -51,6 +52,11 @@ class Utterance:
     format: AudioFormat
     sample_rate: int
     cancelled: bool = False
+    stopping: asyncio.Event = field(default_factory=asyncio.Event)  # set with ``cancelled``: wakes the speaker
+
+    def cancel(self) -> None:
+        self.cancelled = True
+        self.stopping.set()
 
 
 @dataclass
@@ -206,7 +212,7 @@ class BidiSession:
             self._queue.remove(utterance)
         in_flight = self._in_flight
         if in_flight is not None and (target is None or in_flight.id == target):
-            in_flight.cancelled = True  # the speaker stops it at its next chunk and reports it
+            in_flight.cancel()  # the speaker stops waiting for its next chunk at once and reports it
         return [u.id for u in dropped]
 
     # --- speaking --------------------------------------------------------------------------------------------
@@ -242,10 +248,10 @@ class BidiSession:
             while not utterance.cancelled:
                 try:
                     if started:
-                        chunk = await anext(stream, None)
+                        chunk = await _unless_stopped(anext(stream, None), utterance)
                     else:
                         with self._engine.waiting.hold():  # server_busy rather than a wait behind every session
-                            chunk = await anext(stream, None)
+                            chunk = await _unless_stopped(anext(stream, None), utterance)
                 except TTSError as error:
                     await self._send_error(error, utterance.id)
                     return
@@ -319,3 +325,18 @@ class BidiSession:
     async def _close(self, code: int) -> None:
         async with self._send_lock:
             await self._ws.close(code)
+
+
+async def _unless_stopped[T](step: Awaitable[T], utterance: Utterance) -> T | None:
+    """``step``'s result, or None as soon as ``utterance`` is cancelled: a cancel does not wait for the window being
+    made (nor for one still queued behind other sessions' work); the stream's jobs not yet started are dropped."""
+    task = asyncio.ensure_future(step)
+    stop = asyncio.ensure_future(utterance.stopping.wait())
+    try:
+        await asyncio.wait({task, stop}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stop.cancel()
+        if not task.done():
+            task.cancel()
+        await asyncio.gather(task, stop, return_exceptions=True)
+    return None if task.cancelled() else task.result()

@@ -1,7 +1,11 @@
-"""The real pipecat-ai package's Deepgram TTS service (``DeepgramTTSService``, a WebSocket to ``/v1/speak``) pointed
-at our server, unchanged but for its base URL, in a minimal Pipecat pipeline: an LLM reply arrives as tokens, the
-service sends Speak per token and Flush at the reply's end, and our server's sentence chunker, Flushed and raw
-linear16 at the rate Pipecat asks for carry it through to audio a listener understands."""
+"""The real pipecat-ai package's Deepgram TTS services pointed at our server in a minimal Pipecat pipeline: an LLM
+reply arrives as tokens, the service sends Speak per token and Flush at the reply's end, and our server's sentence
+chunker, Flushed and raw linear16 at the rate Pipecat asks for carry it through to audio a listener understands.
+
+``DeepgramTTSService`` (a WebSocket to ``/v1/speak``) runs unchanged but for its base URL. Pipecat's
+``DeepgramSageMakerTTSService`` is not run here: pipecat-ai[sagemaker] needs aws-sdk-sagemaker-runtime-http2 < 0.10
+and the agent pins 0.12.0 (another client class); what it makes the container see, Deepgram's query on the session
+path in binary frames, is tested in test_deepgram_session.py."""
 
 from __future__ import annotations
 
@@ -24,6 +28,7 @@ from pipecat.pipeline.pipeline import Pipeline
 from pipecat.pipeline.worker import PipelineParams, PipelineWorker
 from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 from pipecat.services.deepgram.tts import DeepgramTTSService
+from pipecat.services.tts_service import TTSService
 from pipecat.workers.runner import WorkerRunner
 from support.listener import WhisperListener, word_errors
 
@@ -60,22 +65,11 @@ def tokens(text: str) -> list[str]:
     return [p[i : i + 4] for p in pieces for i in range(0, len(p), 4)]
 
 
-@pytest.mark.slow
-async def test_pipecat_deepgram_service_speaks_an_llm_reply_through_our_route(server: Any) -> None:
-    tts = DeepgramTTSService(
-        api_key="not-used-by-this-server",
-        base_url=f"ws://127.0.0.1:{server.port}",
-        sample_rate=RATE,
-        settings=DeepgramTTSService.Settings(voice="aura-2-helena-en"),
-        # Pipecat ends a reply's audio context after 3 s without audio; a shared 2-core CI machine can take longer
-        # than that to its first window, and the audio would then have no context to go to.
-        stop_frame_timeout_s=60,
-    )
+async def speak_reply(tts: TTSService) -> Collector:
+    """Run ``tts`` in a pipeline, send it one LLM reply as tokens, and return what came out once it stopped."""
     sink = Collector()
     worker = PipelineWorker(
-        Pipeline([tts, sink]),
-        params=PipelineParams(audio_out_sample_rate=RATE),
-        cancel_on_idle_timeout=False,
+        Pipeline([tts, sink]), params=PipelineParams(audio_out_sample_rate=RATE), cancel_on_idle_timeout=False
     )
     started = asyncio.Event()
 
@@ -96,7 +90,10 @@ async def test_pipecat_deepgram_service_speaks_an_llm_reply_through_our_route(se
     runner = WorkerRunner(handle_sigint=False)
     await runner.add_workers(worker)
     await asyncio.wait_for(asyncio.gather(runner.run(), converse()), 240)
+    return sink
 
+
+def assert_understood(sink: Collector) -> None:
     assert not sink.errors, sink.errors
     assert sink.rates == {RATE}
     pcm = np.frombuffer(bytes(sink.audio), dtype="<i2")
@@ -104,3 +101,20 @@ async def test_pipecat_deepgram_service_speaks_an_llm_reply_through_our_route(se
     heard = WhisperListener.shared().transcribe(pcm, rate=RATE)
     errors, words = word_errors(REPLY, heard)
     assert errors / words <= 0.1, f"heard {heard!r}"
+
+
+# Pipecat ends a reply's audio context after 3 s without audio; a shared 2-core CI machine can take longer than that
+# to its first window, and the audio would then have no context to go to.
+PATIENT = {"stop_frame_timeout_s": 60}
+
+
+@pytest.mark.slow
+async def test_pipecat_deepgram_service_speaks_an_llm_reply_through_our_route(server: Any) -> None:
+    tts = DeepgramTTSService(
+        api_key="not-used-by-this-server",
+        base_url=f"ws://127.0.0.1:{server.port}",
+        sample_rate=RATE,
+        settings=DeepgramTTSService.Settings(voice="aura-2-helena-en"),
+        **PATIENT,
+    )
+    assert_understood(await speak_reply(tts))

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from kokoro_client.deepgram import SPEAK_PATH
+from kokoro_tts.deepgram_session import DeepgramSession
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
@@ -91,9 +92,13 @@ async def test_clear_stops_the_speaker_promptly_and_the_session_goes_on(server: 
         took = time.monotonic() - sent
         assert cleared == {"type": "Cleared", "sequence_id": 1}
         assert not others  # the Flush the Clear dropped is not answered
-        # Within one vocoder window, not the rest of fifteen sentences (minutes of audio on this machine).
+        # At most the window already on its way, not the rest of fifteen sentences (minutes of audio here).
         assert audio / 2 / 24_000 < 3.0, f"{audio / 48_000:.1f} s of audio after the Clear"
-        assert took < 20, f"Cleared after {took:.1f} s"
+        assert took < 3.0, f"Cleared after {took:.1f} s"  # the window being made is not waited for
+        print(f"Cleared {took * 1000:.0f} ms after the Clear, {audio / 48:.0f} ms of audio in between")
+        settled = server.engine.scheduler.started  # inference jobs handed to a worker so far
+        await asyncio.sleep(2.0)
+        assert server.engine.scheduler.started == settled, "synthesis of the cleared text went on"
         # Nothing of the cleared text follows; the session takes new text.
         await ws.send(json.dumps({"type": "Speak", "text": "Fresh start."}))
         await ws.send(json.dumps({"type": "Flush"}))
@@ -192,3 +197,35 @@ async def test_the_sagemaker_path_speaks_deepgram_when_the_query_asks(server: An
         await ws.send(json.dumps({"type": "Flush"}).encode())
         _, audio, _ = await until(ws, "Flushed")
         assert audio > 0
+
+
+async def test_a_client_that_hangs_up_mid_speech_stops_its_synthesis(server: Any) -> None:
+    scheduler = server.engine.scheduler
+    async with connect(url(server)) as ws:
+        await opened(ws)
+        await ws.send(json.dumps({"type": "Speak", "text": LONG_TEXT}))
+        assert isinstance(await next_message(ws), bytes)
+        started = scheduler.started
+    await asyncio.sleep(3.0)  # time for several more sentences, had synthesis gone on
+    settled = scheduler.started
+    await asyncio.sleep(2.0)
+    assert scheduler.started == settled, "synthesis continued after the client left"
+    assert settled - started <= 3, "more jobs than the one in flight and the look-ahead"
+
+
+async def test_shutdown_stops_the_session_with_an_error_and_1001(server: Any) -> None:
+    async with connect(url(server)) as ws:
+        await opened(ws)
+        await ws.send(json.dumps({"type": "Speak", "text": LONG_TEXT}))
+        await ws.send(json.dumps({"type": "Flush"}))
+        assert isinstance(await next_message(ws), bytes)
+        # The server's drain (app.begin_shutdown) for this one session, with no grace: the sentence in flight ends.
+        [session] = [s for s in server.app.state.sessions if isinstance(s, DeepgramSession)]
+        loop = session._speaker.get_loop()
+        await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(session.shutdown(0.0), loop))
+        error, _, others = await until(ws, "Error", 30)
+        assert error["code"] == "shutting_down" and not others  # the unspoken Flush gets no Flushed
+        with pytest.raises(ConnectionClosed) as closed:
+            while True:
+                assert isinstance(await next_message(ws, 30), bytes)
+        assert closed.value.rcvd is not None and closed.value.rcvd.code == 1001
