@@ -6,7 +6,8 @@ it, and it imports neither. docs/protocol.md is the prose of these modules.
 - ``protocol``: every message both ways as frozen dataclasses, ``encode``, ``parse_client_message``,
   ``parse_server_frame``, ``WS_PATH`` and the close codes.
 - ``errors``: ``ErrorCode`` (every stable code the server sends) and ``TTSError``.
-- ``audio``: ``SAMPLE_RATE``, ``FORMAT_NAMES``, the speed range.
+- ``audio``: ``SAMPLE_RATE``, ``SAMPLE_RATES``, ``FORMAT_NAMES``, the speed range.
+- ``deepgram``: the Deepgram-compatible session's messages (``/v1/speak``: Speak/Flush/Clear/Close, Flushed/Cleared).
 - ``chunker``: ``IncrementalSentenceChunker``, the sentence rules the server and the agent share.
 - ``utterances``: ``UtteranceReader``, the rule that audio belongs to the last ``synthesis_start``.
 - ``session``: the ``TTSTransport``/``TTSSession`` interface; one module per transport: ``local_ws`` (a WebSocket

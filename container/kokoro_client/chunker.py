@@ -131,6 +131,11 @@ class IncrementalSentenceChunker:
                     self._seg = self._scan = 0
                     self._emitted = True
 
+    @property
+    def pending_chars(self) -> int:
+        """Characters received and not emitted yet: what a server caps when clients send no sentence ends."""
+        return len(self._buf)
+
     def flush(self) -> str | None:
         """Return what is left (stripped), or None; the chunker is then ready for the next reply."""
         rest = " ".join(self._buf.split())

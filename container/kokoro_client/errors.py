@@ -25,6 +25,7 @@ class ErrorCode(StrEnum):
     INVALID_SPEED = "invalid_speed"
     UNSUPPORTED_FORMAT = "unsupported_format"
     UNKNOWN_MODEL = "unknown_model"
+    UNSUPPORTED_SAMPLE_RATE = "unsupported_sample_rate"
     INVALID_ID = "invalid_id"
     QUEUE_FULL = "queue_full"
     MESSAGE_TOO_LARGE = "message_too_large"

@@ -41,6 +41,7 @@ class Synthesize:
     id: str | None = None
     voice: object = None
     speed: object = None
+    sample_rate: object = None
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,7 @@ class Config:
     voice: object = _UNSET
     speed: object = _UNSET
     format: object = _UNSET
+    sample_rate: object = _UNSET
 
 
 @dataclass(frozen=True)
@@ -236,12 +238,14 @@ def _command(message: dict[str, Any]) -> Command:
             id=_utterance_id(message.get("id")),
             voice=message.get("voice"),
             speed=message.get("speed"),
+            sample_rate=message.get("sample_rate"),
         )
     if kind == "config":
         return Config(
             voice=message.get("voice", _UNSET),
             speed=message.get("speed", _UNSET),
             format=message.get("format", _UNSET),
+            sample_rate=message.get("sample_rate", _UNSET),
         )
     if kind == "cancel":
         return Cancel(id=_utterance_id(message.get("id")))

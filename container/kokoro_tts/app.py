@@ -11,6 +11,7 @@ import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
+from kokoro_client.deepgram import SPEAK_PATH, selects_deepgram
 from kokoro_client.errors import TTSError
 from kokoro_client.protocol import CLOSE_GOING_AWAY, CLOSE_TRY_AGAIN_LATER, INVOCATIONS_PATH, PING_PATH, WS_PATH
 from starlette.applications import Starlette
@@ -19,6 +20,7 @@ from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket
 
 from . import metrics, openai_api
+from .deepgram_session import DeepgramSession
 from .engine import TTSEngine
 from .http_api import health, invocations, ping
 from .request_ids import RequestIds
@@ -37,6 +39,14 @@ def create_app(
     sessions: set[BidiSession] = set()
 
     async def bidirectional_stream(websocket: WebSocket) -> None:
+        # SageMaker forwards one path; Deepgram's query parameters (as Pipecat's SageMaker service sends them)
+        # or ?protocol=deepgram select the Deepgram vocabulary on it.
+        await serve_session(websocket, DeepgramSession if selects_deepgram(websocket.query_params) else BidiSession)
+
+    async def deepgram_speak(websocket: WebSocket) -> None:
+        await serve_session(websocket, DeepgramSession)
+
+    async def serve_session(websocket: WebSocket, kind: type[BidiSession]) -> None:
         if websocket.app.state.draining:
             await websocket.accept()  # accepted first, so that the client reads the code and the reason
             await websocket.close(code=CLOSE_GOING_AWAY, reason="shutting_down: the server is stopping")
@@ -54,7 +64,7 @@ def create_app(
                 code=CLOSE_TRY_AGAIN_LATER, reason=f"{error.code}: too many sessions; retry in a few seconds"
             )
             return
-        session = BidiSession(websocket, engine)
+        session = kind(websocket, engine)
         sessions.add(session)
         try:
             await session.run()
@@ -88,6 +98,7 @@ def create_app(
             Route("/v1/models/{model_id:path}", openai_api.model, methods=["GET"]),
             WebSocketRoute(WS_PATH, bidirectional_stream),
             Route("/metrics", metrics.metrics_endpoint, methods=["GET"]),
+            WebSocketRoute(SPEAK_PATH, deepgram_speak),
         ],
         middleware=[Middleware(RequestIds)],
         lifespan=lifespan,

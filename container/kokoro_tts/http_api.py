@@ -23,7 +23,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from . import metrics
-from .audio import SAMPLE_RATE, AudioFormat, audio_format, make_encoder
+from .audio import AudioFormat, audio_format, make_encoder, output_rate
 from .engine import AudioChunk, SpeechRequest, TTSEngine
 
 log = logging.getLogger(__name__)
@@ -109,7 +109,7 @@ async def invocations(request: Request) -> Response:
         fields = _invocation_fields(request, body)
         speech = engine.request(fields.get("text"), fields.get("voice"), fields.get("speed"))
         fmt = audio_format(fields.get("format", "pcm"))
-        return await _stream(request, engine, speech, fmt)
+        return await _stream(request, engine, speech, fmt, output_rate(fmt, fields.get("sample_rate")))
     except TTSError as error:
         metrics.error("invocations", error.code)
         return error_response(error)
@@ -169,10 +169,17 @@ def json_body(body: bytes) -> dict[str, Any]:
 Render = Callable[[AudioChunk, AsyncGenerator[AudioChunk]], AsyncIterator[bytes]]
 
 
-async def _stream(request: Request, engine: TTSEngine, speech: SpeechRequest, fmt: AudioFormat) -> Response:
-    headers = {"X-Sample-Rate": str(SAMPLE_RATE)}
+async def _stream(
+    request: Request, engine: TTSEngine, speech: SpeechRequest, fmt: AudioFormat, sample_rate: int | None = None
+) -> Response:
+    rate = fmt.default_rate if sample_rate is None else sample_rate
     return await stream_speech(
-        request, engine, speech, lambda first, rest: _encoded(first, rest, fmt), fmt.media_type, headers
+        request,
+        engine,
+        speech,
+        lambda first, rest: _encoded(first, rest, fmt, rate),
+        fmt.content_type(rate),
+        {"X-Sample-Rate": str(rate)},
     )
 
 
@@ -297,8 +304,10 @@ async def _disconnected(request: Request) -> None:
         pass
 
 
-async def _encoded(first: AudioChunk, rest: AsyncGenerator[AudioChunk], fmt: AudioFormat) -> AsyncIterator[bytes]:
-    encoder = make_encoder(fmt)
+async def _encoded(
+    first: AudioChunk, rest: AsyncGenerator[AudioChunk], fmt: AudioFormat, sample_rate: int
+) -> AsyncIterator[bytes]:
+    encoder = make_encoder(fmt, sample_rate)
     async with aclosing(rest):
         if data := encoder.encode(first.pcm):
             yield data

@@ -35,7 +35,12 @@ PlatformCollector(registry=REGISTRY)
 GCCollector(registry=REGISTRY)
 
 # Routes, as the ``route`` label names them; any other path is "other", so a label's values stay few.
-ROUTES = {"/invocations": "invocations", "/v1/audio/speech": "openai", "/invocations-bidirectional-stream": "ws"}
+ROUTES = {
+    "/invocations": "invocations",
+    "/v1/audio/speech": "openai",
+    "/invocations-bidirectional-stream": "ws",
+    "/v1/speak": "deepgram",
+}
 
 TIME_TO_FIRST_AUDIO = Histogram(
     "kokoro_tts_time_to_first_audio_seconds",

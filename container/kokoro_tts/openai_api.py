@@ -25,7 +25,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from . import metrics
-from .audio import SAMPLE_RATE, AudioFormat, audio_format, make_encoder
+from .audio import AudioFormat, audio_format, make_encoder, output_rate
 from .backends.stages import SAMPLES_PER_FRAME
 from .engine import AudioChunk, SpeechRequest, TTSEngine
 from .http_api import GONE, ClientGone, Render, engine_of, json_body, read_body, stream_speech
@@ -71,6 +71,7 @@ _PARAMS = {
     ErrorCode.UNSUPPORTED_LANGUAGE: "voice",
     ErrorCode.INVALID_SPEED: "speed",
     ErrorCode.UNSUPPORTED_FORMAT: "response_format",
+    ErrorCode.UNSUPPORTED_SAMPLE_RATE: "sample_rate",
     ErrorCode.UNKNOWN_MODEL: "model",
 }
 
@@ -107,6 +108,7 @@ class _SpeechParams:
     fmt: AudioFormat
     tempo: float  # the time-stretch after the model (1.0: none)
     sse: bool
+    sample_rate: int  # an extension to OpenAI's fields, as on every route here: 8 to 48 kHz
 
 
 def _speech_params(engine: TTSEngine, fields: dict[str, Any]) -> _SpeechParams:
@@ -132,7 +134,7 @@ def _speech_params(engine: TTSEngine, fields: dict[str, Any]) -> _SpeechParams:
     model_speed, tempo = split_speed(float(speed), engine.settings.min_speed, engine.settings.max_speed)
     speech = engine.request(fields.get("input"), _voice_spec(fields.get("voice")), model_speed)
     fmt = audio_format(fields.get("response_format", "mp3"))
-    return _SpeechParams(speech, fmt, tempo, stream_format == "sse")
+    return _SpeechParams(speech, fmt, tempo, stream_format == "sse", output_rate(fmt, fields.get("sample_rate")))
 
 
 def _voice_spec(voice: object) -> object:
@@ -148,8 +150,8 @@ async def speech(request: Request) -> Response:
     try:
         engine = engine_of(request)
         params = _speech_params(engine, json_body(await read_body(request, engine)))
-        media_type = "text/event-stream" if params.sse else params.fmt.media_type
-        headers = {"X-Sample-Rate": str(SAMPLE_RATE)}
+        media_type = "text/event-stream" if params.sse else params.fmt.content_type(params.sample_rate)
+        headers = {"X-Sample-Rate": str(params.sample_rate)}
         return await stream_speech(request, engine, params.speech, _render(params), media_type, headers)
     except TTSError as error:
         metrics.error("openai", error.code)
@@ -160,7 +162,7 @@ async def speech(request: Request) -> Response:
 
 def _render(params: _SpeechParams) -> Render:
     def render(first: AudioChunk, rest: AsyncGenerator[AudioChunk]) -> AsyncIterator[bytes]:
-        output = _Output(params.fmt, params.tempo)
+        output = _Output(params.fmt, params.tempo, params.sample_rate)
         if params.sse:
             return _sse_events(first, rest, output, _Usage(input_tokens=len(params.speech.text)))
         return _audio(first, rest, output)
@@ -171,8 +173,8 @@ def _render(params: _SpeechParams) -> Render:
 class _Output:
     """PCM → the time-stretch (if any) → the requested container, chunk by chunk."""
 
-    def __init__(self, fmt: AudioFormat, tempo: float) -> None:
-        self._encoder = make_encoder(fmt)
+    def __init__(self, fmt: AudioFormat, tempo: float, sample_rate: int) -> None:
+        self._encoder = make_encoder(fmt, sample_rate)
         self._stretcher = TempoStretcher(tempo) if tempo != 1.0 else None
         self.model_samples = 0  # before the stretch: what the model made
 

@@ -15,8 +15,10 @@ import itertools
 import logging
 import time
 from collections import deque
+from collections.abc import Awaitable
 from contextlib import aclosing
 from dataclasses import dataclass, field
+from typing import Any
 
 from kokoro_client.errors import INTERNAL_ERROR_MESSAGE, ErrorCode, TTSError
 from kokoro_client.logs import bind_ids
@@ -39,7 +41,7 @@ from kokoro_client.protocol import (
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from . import metrics
-from .audio import SAMPLE_RATE, AudioFormat, audio_format, make_encoder
+from .audio import AudioFormat, audio_format, make_encoder, output_rate
 from .engine import SpeechRequest, TTSEngine
 from .hypercorn_hardening import OVERSIZE_KEY
 
@@ -47,12 +49,18 @@ log = logging.getLogger(__name__)
 
 
 @dataclass
-class _Utterance:
+class Utterance:
     id: str
     request: SpeechRequest
     format: AudioFormat
+    sample_rate: int
     cancelled: bool = False
     received: float = field(default_factory=time.perf_counter)  # when its synthesize message arrived
+    stopping: asyncio.Event = field(default_factory=asyncio.Event)  # set with ``cancelled``: wakes the speaker
+
+    def cancel(self) -> None:
+        self.cancelled = True
+        self.stopping.set()
 
 
 @dataclass
@@ -60,19 +68,24 @@ class _Defaults:
     voice: object = None
     speed: object = None
     format: AudioFormat = field(default_factory=lambda: audio_format("pcm"))
+    sample_rate: object = None  # None: the format's own default (24 kHz; 8 kHz for mulaw and alaw)
 
 
 class BidiSession:
+    """The session protocol. Another wire protocol on the same machinery (deepgram_session.py) overrides the
+    hooks: ``_opened``, ``_parse``, ``_handle``, and ``_started``/``_completed``/``_stopped``/``_finished`` around
+    each utterance's audio, ``_send_error``, ``_end_for_shutdown``."""
+
     def __init__(self, websocket: WebSocket, engine: TTSEngine) -> None:
         self._ws = websocket
         self._route = metrics.route_of(websocket.scope.get("path", ""))
         self._engine = engine
         self._settings = engine.settings
         self._defaults = _Defaults()
-        self._queue: deque[_Utterance] = deque()
+        self._queue: deque[Utterance] = deque()
         self._wakeup = asyncio.Event()
         self._closing = False
-        self._in_flight: _Utterance | None = None
+        self._in_flight: Utterance | None = None
         self._send_lock = asyncio.Lock()
         self._ids = itertools.count(1)
 
@@ -86,6 +99,8 @@ class BidiSession:
     async def run(self) -> None:
         await self._ws.accept()
         log.info("session opened")
+        if not await self._opened():
+            return
         self._speaker = asyncio.create_task(self._speak())
         try:
             await self._receive()
@@ -95,6 +110,10 @@ class BidiSession:
             self._speaker.cancel()  # the client left: stop synthesis, drop what is queued
             await asyncio.gather(self._speaker, return_exceptions=True)
             log.info("session closed")
+
+    async def _opened(self) -> bool:
+        """Called once the socket is accepted; False ends the session (the hook has closed the socket)."""
+        return True
 
     async def shutdown(self, grace_s: float) -> None:
         """The server is stopping: refuse new utterances, let the one in flight finish within ``grace_s`` (else end
@@ -130,14 +149,17 @@ class BidiSession:
                         ErrorCode.MESSAGE_TOO_LARGE,
                         f"The message has {oversize} bytes; the limit is {self._settings.max_message_bytes}.",
                     )
-                await self._handle(parse_client_message(raw, self._settings.max_message_bytes))
+                await self._handle(self._parse(raw))
             except TTSError as error:
                 await self._send_error(error)
             except Exception:
                 log.exception("unexpected failure handling a client message")
                 await self._send_error(TTSError(ErrorCode.INTERNAL_ERROR, INTERNAL_ERROR_MESSAGE))
 
-    async def _handle(self, command: Synthesize | Config | Cancel | Close) -> None:
+    def _parse(self, raw: str | bytes) -> Any:
+        return parse_client_message(raw, self._settings.max_message_bytes)
+
+    async def _handle(self, command: Any) -> None:
         if self._closing and isinstance(command, Synthesize | Config):
             raise TTSError(ErrorCode.INVALID_MESSAGE, "The session is closing: it takes no new utterances after close.")
         match command:
@@ -165,24 +187,30 @@ class BidiSession:
                 f"{len(self._queue)} utterances are already queued (the limit); "
                 "wait for a synthesis_complete before sending more.",
             )
+        fmt = self._defaults.format
+        rate = output_rate(fmt, command.sample_rate if command.sample_rate is not None else self._defaults.sample_rate)
         request = self._engine.request(
             command.text,
             command.voice if command.voice is not None else self._defaults.voice,
             command.speed if command.speed is not None else self._defaults.speed,
         )
-        self._queue.append(_Utterance(utterance_id, request, self._defaults.format))
+        self._queue.append(Utterance(utterance_id, request, fmt, rate))
         self._wakeup.set()
 
     def _configure(self, command: Config) -> None:
         # Validate everything before changing anything: a bad config leaves the defaults as they were.
         voice, speed, fmt = self._defaults.voice, self._defaults.speed, self._defaults.format
+        rate = self._defaults.sample_rate
         if is_set(command.voice):
             voice = None if command.voice is None else self._engine.voice(command.voice).spec
         if is_set(command.speed):
             speed = None if command.speed is None else self._engine.check_speed(command.speed)
         if is_set(command.format):
             fmt = audio_format("pcm" if command.format is None else command.format)
-        self._defaults = _Defaults(voice, speed, fmt)
+        if is_set(command.sample_rate):
+            rate = command.sample_rate
+        output_rate(fmt, rate)  # the pair must fit: mulaw at 24 kHz is refused here, not at the next utterance
+        self._defaults = _Defaults(voice, speed, fmt, rate)
 
     def _cancel(self, target: str | None) -> list[str]:
         """Drops matching queued utterances (returned) and flags a matching one in flight."""
@@ -192,7 +220,7 @@ class BidiSession:
             metrics.utterance_cancelled(self._route)
         in_flight = self._in_flight
         if in_flight is not None and (target is None or in_flight.id == target):
-            in_flight.cancelled = True  # the speaker stops it at its next chunk and reports it
+            in_flight.cancel()  # the speaker stops waiting for its next chunk at once and reports it
         return [u.id for u in dropped]
 
     # --- speaking --------------------------------------------------------------------------------------------
@@ -218,8 +246,9 @@ class BidiSession:
                 await self._speak_one(utterance)
             finally:
                 self._in_flight = None
+            await self._finished(utterance)
 
-    async def _speak_one(self, utterance: _Utterance) -> None:
+    async def _speak_one(self, utterance: Utterance) -> None:
         bind_ids(utterance_id=utterance.id)
         try:
             await self._speak_one_counted(utterance)
@@ -227,18 +256,18 @@ class BidiSession:
             metrics.utterance_cancelled(self._route)
             raise
 
-    async def _speak_one_counted(self, utterance: _Utterance) -> None:
-        encoder = make_encoder(utterance.format)
+    async def _speak_one_counted(self, utterance: Utterance) -> None:
+        encoder = make_encoder(utterance.format, utterance.sample_rate)
         sent_bytes, audio_ms, synth_ms, started, first_audio_s = 0, 0.0, 0.0, False, None
         loop = asyncio.get_running_loop()
         async with aclosing(self._engine.stream(utterance.request, due=self._played_until)) as stream:
             while not utterance.cancelled:
                 try:
                     if started:
-                        chunk = await anext(stream, None)
+                        chunk = await _unless_stopped(anext(stream, None), utterance)
                     else:
                         with self._engine.waiting.hold():  # server_busy rather than a wait behind every session
-                            chunk = await anext(stream, None)
+                            chunk = await _unless_stopped(anext(stream, None), utterance)
                 except TTSError as error:
                     await self._send_error(error, utterance.id)
                     return
@@ -251,7 +280,7 @@ class BidiSession:
                 if not started:
                     first_audio_s = time.perf_counter() - utterance.received
                     metrics.first_audio(self._route, first_audio_s)
-                    await self._send_frame(SynthesisStart(utterance.id, utterance.format.name, SAMPLE_RATE))
+                    await self._started(utterance)
                     started = True
                 data = encoder.encode(chunk.pcm)
                 if data:
@@ -263,7 +292,7 @@ class BidiSession:
         metrics.audio_sent(self._route, audio_ms)
         if utterance.cancelled:
             metrics.utterance_cancelled(self._route)
-            await self._send_frame(Cancelled(utterance.id))
+            await self._stopped(utterance)
             return
         if not started:
             await self._send_error(
@@ -276,9 +305,24 @@ class BidiSession:
             await self._send_bytes(tail)
             sent_bytes += len(tail)
         metrics.utterance_completed(self._route, audio_ms, synth_ms, first_audio_s)
-        await self._send_frame(SynthesisComplete(utterance.id, round(audio_ms, 1), round(synth_ms, 1), sent_bytes))
+        await self._completed(
+            utterance, SynthesisComplete(utterance.id, round(audio_ms, 1), round(synth_ms, 1), sent_bytes)
+        )
 
-    async def _end_for_shutdown(self, stopped: list[_Utterance]) -> None:
+    async def _started(self, utterance: Utterance) -> None:
+        await self._send_frame(SynthesisStart(utterance.id, utterance.format.name, utterance.sample_rate))
+
+    async def _completed(self, utterance: Utterance, complete: SynthesisComplete) -> None:
+        await self._send_frame(complete)
+
+    async def _stopped(self, utterance: Utterance) -> None:
+        """A cancel stopped ``utterance`` in flight."""
+        await self._send_frame(Cancelled(utterance.id))
+
+    async def _finished(self, utterance: Utterance) -> None:
+        """Called after each utterance the speaker took, however it ended (spoken, failed, stopped)."""
+
+    async def _end_for_shutdown(self, stopped: list[Utterance]) -> None:
         error = TTSError(ErrorCode.SHUTTING_DOWN, "The server is shutting down; this utterance was not finished.")
         for utterance in [*stopped, *self._queue]:
             await self._send_error(error, utterance.id)
@@ -303,3 +347,18 @@ class BidiSession:
     async def _close(self, code: int) -> None:
         async with self._send_lock:
             await self._ws.close(code)
+
+
+async def _unless_stopped[T](step: Awaitable[T], utterance: Utterance) -> T | None:
+    """``step``'s result, or None as soon as ``utterance`` is cancelled: a cancel does not wait for the window being
+    made (nor for one still queued behind other sessions' work); the stream's jobs not yet started are dropped."""
+    task = asyncio.ensure_future(step)
+    stop = asyncio.ensure_future(utterance.stopping.wait())
+    try:
+        await asyncio.wait({task, stop}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stop.cancel()
+        if not task.done():
+            task.cancel()
+        await asyncio.gather(task, stop, return_exceptions=True)
+    return None if task.cancelled() else task.result()

@@ -29,6 +29,8 @@ from .texts import SEGMENTS
 
 # PyAV names demuxers, not muxers: ADTS frames are read by the "aac" demuxer.
 _DEMUXER = {"adts": "aac"}
+# The formats an agent streams at the model's rate; 8 kHz G.711 (telephony) is not one of these choices.
+_FORMATS = [name for name, spec in FORMATS.items() if spec.default_rate == SAMPLE_RATE]
 
 
 def encode(fmt: str, pcm: np.ndarray) -> bytes:
@@ -72,11 +74,11 @@ async def run_transport(url: str, n_segments: int) -> Section:
     pcms = [np.frombuffer(audio, dtype="<i2") for audio, _ in utterances]
     audio_s = sum(p.size for p in pcms) / SAMPLE_RATE
 
-    encoded = {fmt: [encode(fmt, pcm) for pcm in pcms] for fmt in FORMATS}
-    decoded = {fmt: [decode(fmt, data) for data in encoded[fmt]] for fmt in FORMATS}
+    encoded = {fmt: [encode(fmt, pcm) for pcm in pcms] for fmt in _FORMATS}
+    decoded = {fmt: [decode(fmt, data) for data in encoded[fmt]] for fmt in _FORMATS}
     # WAV carries the very samples PCM does: checked, and then not transcribed twice.
     wav_identical = all(np.array_equal(a, b) for a, b in zip(decoded["wav"], pcms, strict=True))
-    to_transcribe = [fmt for fmt in FORMATS if not (fmt == "wav" and wav_identical)]
+    to_transcribe = [fmt for fmt in _FORMATS if not (fmt == "wav" and wav_identical)]
 
     # pocketsphinx uses one core: a process per core (spawned, not forked from a process with onnxruntime threads).
     jobs = [(fmt, i) for fmt in to_transcribe for i in range(len(texts))]

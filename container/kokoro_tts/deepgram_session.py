@@ -1,0 +1,245 @@
+"""WS /v1/speak, and the session path with Deepgram's query: Deepgram's TTS WebSocket on the session machinery.
+
+The vocabulary is kokoro_client.deepgram's; everything else is BidiSession's (ws_session.py): one speaker task per
+session speaks queued utterances in order, the same caps (text, queue, message size, server-wide waiting), the same
+end when the client vanishes, the same drain on shutdown. What differs:
+- Speak text goes through the sentence chunker (kokoro_client.chunker), so a client may send an LLM's tokens as
+  they come: each sentence is queued as an utterance the moment it is complete.
+- Flush queues what is buffered; ``Flushed`` follows the last audio of everything queued before it.
+- Clear drops the buffer, the queue and the utterance in flight (at once, as a cancel does: the speaker stops
+  waiting for the window being made); ``Cleared`` follows the last audio sent, so no audio of the cleared text
+  comes after it. A
+  Flush whose audio a Clear dropped is not answered: the Cleared stands for it.
+- Close queues what is buffered, speaks it all and closes with 1000.
+- A refused message gets a ``Warning`` with the stable code and the session carries on; bad query parameters get
+  an ``Error`` and close 1008; a shutdown that leaves work undone sends an ``Error`` (shutting_down) and closes 1001.
+Audio frames are raw samples (linear16, mulaw or alaw) at the requested rate, no container, no start/end frames.
+"""
+
+from __future__ import annotations
+
+import itertools
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from kokoro_client.chunker import IncrementalSentenceChunker
+from kokoro_client.deepgram import (
+    CLOSE_INVALID_PARAMETERS,
+    DEFAULT_ENCODING,
+    ENCODINGS,
+    Clear,
+    Cleared,
+    Close,
+    ErrorMessage,
+    Flush,
+    Flushed,
+    Metadata,
+    ServerMessage,
+    Speak,
+    WarningMessage,
+    encode,
+    parse_command,
+)
+from kokoro_client.errors import ErrorCode, TTSError
+from kokoro_client.protocol import CLOSE_GOING_AWAY, SynthesisComplete
+
+from .audio import AudioFormat, audio_format, output_rate
+from .engine import TTSEngine
+from .ws_session import BidiSession, Utterance
+
+MODEL_VERSION = "kokoro-82m-v1.0"
+
+
+@dataclass(frozen=True)
+class SpeakOptions:
+    """A connection's query parameters, checked: Deepgram's ``model``, ``encoding``, ``sample_rate``, ``speed``."""
+
+    voice: str
+    speed: float
+    format: AudioFormat
+    sample_rate: int
+
+    @classmethod
+    def from_query(cls, query: Mapping[str, str], engine: TTSEngine) -> SpeakOptions:
+        encoding = query.get("encoding", DEFAULT_ENCODING)
+        if encoding not in ENCODINGS:
+            raise TTSError(
+                ErrorCode.UNSUPPORTED_FORMAT,
+                f"'encoding' {encoding[:40]!r} is not one this route sends; use one of: {', '.join(ENCODINGS)}.",
+            )
+        fmt = audio_format(ENCODINGS[encoding])
+        rate = query.get("sample_rate")
+        sample_rate = output_rate(fmt, None if rate is None else _integer(rate))
+        speed = query.get("speed")
+        return cls(
+            _voice(query.get("model"), engine),
+            engine.check_speed(None if speed is None else _number(speed)),
+            fmt,
+            sample_rate,
+        )
+
+
+def _integer(text: str) -> object:
+    return int(text) if text.isascii() and text.isdigit() and len(text) <= 6 else text
+
+
+def _number(text: str) -> object:
+    try:
+        return float(text)
+    except ValueError:
+        return text
+
+
+def _voice(model: str | None, engine: TTSEngine) -> str:
+    """``model`` names a Kokoro voice or blend (``af_heart``, ``af_bella+af_sky``); Deepgram's own model names
+    (``aura-2-helena-en``) speak the server's default voice, so a Pipecat configuration works unchanged."""
+    if model is None or model.startswith("aura"):
+        return engine.voice(engine.settings.default_voice).spec
+    return engine.voice(model).spec
+
+
+@dataclass
+class _Sentence(Utterance):
+    # Flushed and Cleared messages to send once this utterance's audio is sent (or stopped), in order.
+    after: list[Flushed | Cleared] = field(default_factory=list)
+
+
+class DeepgramSession(BidiSession):
+    def __init__(self, websocket: Any, engine: TTSEngine) -> None:
+        super().__init__(websocket, engine)
+        self._route = "deepgram"  # on its own path or selected on SageMaker's
+        self._chunker = IncrementalSentenceChunker()
+        self._sequence = itertools.count()  # one count over Flush and Clear: each answer names its own
+        self._options: SpeakOptions | None = None
+
+    @property
+    def options(self) -> SpeakOptions:
+        assert self._options is not None, "used before the session opened"
+        return self._options
+
+    async def _opened(self) -> bool:
+        try:
+            self._options = SpeakOptions.from_query(self._ws.query_params, self._engine)
+        except TTSError as error:
+            await self._send(ErrorMessage.of(error))
+            await self._ws.close(CLOSE_INVALID_PARAMETERS, reason=f"{error.code}: bad query parameters")
+            return False
+        name = f"kokoro-82m:{self.options.voice}"
+        await self._send(Metadata(str(uuid.uuid4()), name, MODEL_VERSION, str(uuid.uuid5(uuid.NAMESPACE_URL, name))))
+        return True
+
+    # --- receiving -------------------------------------------------------------------------------------------
+
+    def _parse(self, raw: str | bytes) -> Any:
+        return parse_command(raw, self._settings.max_message_bytes)
+
+    async def _handle(self, command: Any) -> None:
+        if self._closing and isinstance(command, Speak | Flush):
+            raise TTSError(ErrorCode.INVALID_MESSAGE, "The session is closing: it takes no new text after Close.")
+        match command:
+            case Speak(text=text):
+                await self._take_text(text)
+            case Flush():
+                await self._flush()
+            case Clear():
+                await self._clear()
+            case Close():
+                if not self._closing:
+                    await self._queue_rest()
+                    self._closing = True
+                    self._wakeup.set()
+
+    async def _take_text(self, text: object) -> None:
+        if not isinstance(text, str):
+            raise TTSError(ErrorCode.INVALID_TEXT, f"'text' must be a string, not {type(text).__name__}.")
+        if self._draining:
+            raise TTSError(ErrorCode.SHUTTING_DOWN, "The server is shutting down; send this to another instance.")
+        limit = self._settings.max_text_chars
+        if self._chunker.pending_chars + len(text) > limit:
+            raise TTSError(
+                ErrorCode.TEXT_TOO_LONG,
+                f"At most {limit} characters may wait for a sentence end; this Speak would make "
+                f"{self._chunker.pending_chars + len(text)}. End sentences, or send a Flush.",
+            )
+        room = self._settings.max_queued_utterances - len(self._queue)
+        if room <= 0:
+            raise TTSError(
+                ErrorCode.QUEUE_FULL,
+                f"{len(self._queue)} sentences are already queued (the limit); wait for a Flushed before sending more.",
+            )
+        sentences = self._chunker.feed(text)
+        if len(sentences) > room:  # one Speak holding many sentences: the last utterance takes the overflow
+            sentences = [*sentences[: room - 1], " ".join(sentences[room - 1 :])]
+        for sentence in sentences:
+            await self._queue_sentence(sentence)
+
+    async def _queue_sentence(self, text: str) -> None:
+        try:
+            request = self._engine.request(text, self.options.voice, self.options.speed)
+        except TTSError as error:  # this sentence only (emoji alone, say): the rest is still spoken
+            await self._send_error(error)
+            return
+        self._queue.append(_Sentence(f"s{next(self._ids)}", request, self.options.format, self.options.sample_rate))
+        self._wakeup.set()
+
+    async def _queue_rest(self) -> None:
+        if rest := self._chunker.flush():
+            await self._queue_sentence(rest)
+
+    async def _flush(self) -> None:
+        answer = Flushed(next(self._sequence))
+        await self._queue_rest()
+        last = self._queue[-1] if self._queue else self._in_flight
+        if isinstance(last, _Sentence):
+            last.after.append(answer)
+        else:
+            await self._send(answer)
+
+    async def _clear(self) -> None:
+        answer = Cleared(next(self._sequence))
+        self._chunker.flush()
+        self._queue.clear()
+        in_flight = self._in_flight
+        if isinstance(in_flight, _Sentence):
+            in_flight.cancel()  # the speaker stops waiting for its next window at once, then sends the answer
+            kept: list[Flushed | Cleared] = [m for m in in_flight.after if isinstance(m, Cleared)]
+            in_flight.after = [*kept, answer]
+        else:
+            await self._send(answer)
+
+    # --- speaking: audio frames only; the answers wait for the audio before them -------------------------------
+
+    async def _started(self, utterance: Utterance) -> None:
+        pass
+
+    async def _completed(self, utterance: Utterance, complete: SynthesisComplete) -> None:
+        pass
+
+    async def _stopped(self, utterance: Utterance) -> None:
+        pass
+
+    async def _finished(self, utterance: Utterance) -> None:
+        if isinstance(utterance, _Sentence):
+            for answer in list(utterance.after):
+                await self._send(answer)
+
+    async def _end_for_shutdown(self, stopped: list[Utterance]) -> None:
+        if stopped or self._queue or self._chunker.pending_chars:
+            error = TTSError(
+                ErrorCode.SHUTTING_DOWN, "The server is shutting down; the text not yet spoken is dropped."
+            )
+            await self._send(ErrorMessage.of(error))
+        self._queue.clear()
+        await self._close(CLOSE_GOING_AWAY)
+
+    # --- sending ---------------------------------------------------------------------------------------------
+
+    async def _send_error(self, error: TTSError, utterance_id: str | None = None) -> None:
+        await self._send(WarningMessage.of(error))
+
+    async def _send(self, message: ServerMessage) -> None:
+        text = encode(message)
+        async with self._send_lock:
+            await self._ws.send_text(text)
