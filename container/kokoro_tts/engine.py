@@ -31,7 +31,8 @@ from kokoro_client.errors import ErrorCode, TTSError
 
 from .audio import SAMPLE_RATE, float_to_pcm16
 from .backends import Backend, load_backend
-from .phonemes import Phonemizer, clean_text
+from .normalize import TextMap, normalize
+from .phonemes import Phonemizer, clean_text_mapped
 from .scheduler import DeadlineScheduler, Limit
 from .settings import Settings
 from .text_chunks import split_utterance
@@ -50,9 +51,10 @@ _LONG_NUMBER = re.compile(rf"\d{{{MAX_NUMBER_DIGITS + 1},}}")
 class SpeechRequest:
     """A validated utterance: build it with ``TTSEngine.request`` so every field has been checked."""
 
-    text: str
+    text: str  # what is spoken: the client's text cleaned and normalized (normalize.py)
     voice: Voice
     speed: float
+    source: TextMap  # spans of ``text`` → spans of the text the client sent
 
 
 @dataclass(frozen=True)
@@ -122,7 +124,7 @@ class TTSEngine:
             )
         if not text.strip():
             raise TTSError(ErrorCode.EMPTY_TEXT, "'text' is empty: send at least one word to speak.")
-        cleaned = clean_text(text)
+        cleaned, cleaned_map = clean_text_mapped(text)
         if not cleaned:
             raise TTSError(
                 ErrorCode.NOTHING_TO_SPEAK,
@@ -135,7 +137,8 @@ class TTSEngine:
                 "write long digit strings in groups separated by spaces.",
             )
         resolved = self.voice(self.settings.default_voice if voice is None else voice)
-        return SpeechRequest(cleaned, resolved, self.check_speed(speed))
+        spoken, spoken_map = normalize(cleaned, resolved.lang)
+        return SpeechRequest(spoken, resolved, self.check_speed(speed), cleaned_map.then(spoken_map))
 
     def voice(self, spec: object) -> Voice:
         """Resolve a voice or blend this server can speak, or raise ``TTSError``."""

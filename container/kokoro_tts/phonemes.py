@@ -14,6 +14,8 @@ from collections.abc import Callable, Mapping
 
 from kokoro_client.errors import ErrorCode, TTSError
 
+from .normalize import TextMap
+
 # The model's context is 512 tokens; two of them are the pad tokens that open and close every input.
 MAX_PHONEME_TOKENS = 510
 
@@ -86,9 +88,32 @@ def clean_text(text: str) -> str:
     Control and format characters and lone surrogates go; so do emoji and pictographs (symbols from the arrows
     block up), which espeak-ng would otherwise read out by name ("grinning face"). ©, ®, ° and ™ stay.
     """
-    text = text.encode("utf-8", "replace").decode("utf-8").replace("\ufffd", " ")
-    text = unicodedata.normalize("NFC", text)
-    return "".join(_keep(ch) for ch in text).strip()
+    return clean_text_mapped(text)[0]
+
+
+def clean_text_mapped(text: str) -> tuple[str, TextMap]:
+    """``clean_text`` and the map from the cleaned text back to ``text`` (NFC composes within a base character and
+    its combining marks, so each composed character maps to that run)."""
+    text = text.encode("utf-8", "replace").decode("utf-8").replace("\ufffd", " ")  # a lone surrogate is one "?"
+    out: list[str] = []
+    spans: list[tuple[int, int]] = []
+    run_start = 0
+    for end in range(1, len(text) + 1):
+        if end < len(text) and unicodedata.combining(text[end]):
+            continue
+        run = text[run_start:end]
+        composed = unicodedata.normalize("NFC", run)
+        for i, ch in enumerate(composed):
+            kept = _keep(ch)
+            if kept:
+                out.append(kept)
+                same = len(composed) == len(run)
+                spans.append((run_start + i, run_start + i + 1) if same else (run_start, end))
+        run_start = end
+    cleaned = "".join(out)
+    lead = len(cleaned) - len(cleaned.lstrip())
+    cleaned = cleaned.strip()
+    return cleaned, TextMap.from_spans(spans[lead : lead + len(cleaned)])
 
 
 def _keep(ch: str) -> str:
