@@ -17,6 +17,7 @@ from starlette.applications import Starlette
 from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket
 
+from .captioned_api import CAPTIONED_PATH, captioned_speech
 from .engine import TTSEngine
 from .http_api import health, invocations, openai_speech, ping
 from .settings import Settings
@@ -78,6 +79,7 @@ def create_app(
             Route("/health", health, methods=["GET"]),
             Route(INVOCATIONS_PATH, invocations, methods=["POST"]),
             Route("/v1/audio/speech", openai_speech, methods=["POST"]),
+            Route(CAPTIONED_PATH, captioned_speech, methods=["POST"]),
             WebSocketRoute(WS_PATH, bidirectional_stream),
         ],
         lifespan=lifespan,

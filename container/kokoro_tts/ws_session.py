@@ -30,6 +30,7 @@ from kokoro_client.protocol import (
     SynthesisComplete,
     SynthesisStart,
     Synthesize,
+    Words,
     encode,
     is_set,
     parse_client_message,
@@ -48,6 +49,7 @@ class _Utterance:
     id: str
     request: SpeechRequest
     format: AudioFormat
+    word_timestamps: bool = False
     cancelled: bool = False
 
 
@@ -56,6 +58,7 @@ class _Defaults:
     voice: object = None
     speed: object = None
     format: AudioFormat = field(default_factory=lambda: audio_format("pcm"))
+    word_timestamps: bool = False
 
 
 class BidiSession:
@@ -163,7 +166,7 @@ class BidiSession:
             command.voice if command.voice is not None else self._defaults.voice,
             command.speed if command.speed is not None else self._defaults.speed,
         )
-        self._queue.append(_Utterance(utterance_id, request, self._defaults.format))
+        self._queue.append(_Utterance(utterance_id, request, self._defaults.format, self._defaults.word_timestamps))
         self._wakeup.set()
 
     def _configure(self, command: Config) -> None:
@@ -175,7 +178,12 @@ class BidiSession:
             speed = None if command.speed is None else self._engine.check_speed(command.speed)
         if is_set(command.format):
             fmt = audio_format("pcm" if command.format is None else command.format)
-        self._defaults = _Defaults(voice, speed, fmt)
+        word_timestamps = self._defaults.word_timestamps
+        if is_set(command.word_timestamps):
+            if command.word_timestamps is not None and not isinstance(command.word_timestamps, bool):
+                raise TTSError(ErrorCode.INVALID_MESSAGE, "'word_timestamps' must be true or false.")
+            word_timestamps = bool(command.word_timestamps)
+        self._defaults = _Defaults(voice, speed, fmt, word_timestamps)
 
     def _cancel(self, target: str | None) -> list[str]:
         """Drops matching queued utterances (returned) and flags a matching one in flight."""
@@ -235,6 +243,8 @@ class BidiSession:
                 if not started:
                     await self._send_frame(SynthesisStart(utterance.id, utterance.format.name, SAMPLE_RATE))
                     started = True
+                if utterance.word_timestamps and chunk.words:
+                    await self._send_frame(Words(utterance.id, chunk.words))
                 data = encoder.encode(chunk.pcm)
                 if data:
                     await self._send_bytes(data)
