@@ -182,7 +182,7 @@ class TTSEngine:
         count = 0
 
         async def next_chunk(index: int, due: float) -> AudioChunk | None:
-            nonlocal decoding, made
+            nonlocal made
             chunk = await make_chunk(index, due)
             made += chunk.pcm.size if chunk is not None else 0
             return chunk

@@ -230,7 +230,8 @@ _ABBREVIATIONS = {
 
 _NUMBER = r"\d+(?:,\d{3})*(?:\.\d+)?"
 _TLD = r"(?:com|org|net|edu|gov|io|ai|dev|app|co|uk|us|de|fr|info|biz|me|tv|ly|gg|xyz)"
-_DOMAIN = rf"(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?\.)+{_TLD}\b"
+# Labels of at most 63 characters, as DNS has them: bounded, so a long run of letters and dashes costs linear time.
+_DOMAIN = rf"(?:[A-Za-z0-9](?:[A-Za-z0-9-]{{0,61}}[A-Za-z0-9])?\.){{1,10}}{_TLD}\b"
 _PATH = r"(?:/[\w\-.~%/?#=&+]*[\w/])?"
 
 
@@ -240,7 +241,7 @@ def _rule(pattern: str) -> re.Pattern[str]:
 
 _RULES: list[tuple[str, re.Pattern[str]]] = [
     ("email", _rule(r"(?<![\w.+-])[\w.+-]+@" + _DOMAIN)),
-    ("url", _rule(rf"(?<![\w@/.])(?:https?://(?:[\w-]+\.)+[A-Za-z]{{2,}}|(?:www\.)?{_DOMAIN}){_PATH}")),
+    ("url", _rule(rf"(?<![\w@/.-])(?:https?://(?:[\w-]+\.)+[A-Za-z]{{2,}}|(?:www\.)?{_DOMAIN}){_PATH}")),
     ("money", _rule(rf"([$£€¥₹])({_NUMBER})\s?(bn|tn|mm|MM|[kKmMbBtT]|thousand|million|billion|trillion)\b")),
     ("iso_date", _rule(r"\b(\d{4})-(\d{2})-(\d{2})\b")),
     ("slash_date", _rule(r"\b(\d{1,2})/(\d{1,2})/(\d{4})\b")),

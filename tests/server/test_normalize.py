@@ -214,3 +214,21 @@ def test_listener_hears_dollars_and_cents(server) -> None:  # type: ignore[no-un
 
     heard_words = [w for w in words(re.sub(r"\$([\d,]+\.\d\d)\b", spoken, heard)) if w != "and"]
     assert heard_words[-5:] == ["forty", "two", "dollars", "fifty", "cents"], heard
+
+
+def test_no_input_makes_the_rules_backtrack() -> None:
+    """Normalization runs on the event loop for up to 5,000 characters: runs of letters and separators cost as much
+    as prose (a ratio, measured side by side; before domain labels were bounded, "a-a-a-…" cost 30 times more)."""
+    import time
+
+    def cost(text: str) -> float:
+        best = float("inf")
+        for _ in range(3):
+            started = time.perf_counter()
+            normalize(text, "a")
+            best = min(best, time.perf_counter() - started)
+        return best
+
+    prose = cost(("Meet Dr. Lee at 3:30 pm on Jan 5, 2025 for $42.50 at example.com. " * 80)[:5000])
+    for text in ("a-" * 2500, "a." * 2500, "a.a-" * 1250, "1:" * 2500, "a_" * 2500, "a-" * 2400 + "@x", "5 " * 2500):
+        assert cost(text) <= 10 * prose, text[:8]
