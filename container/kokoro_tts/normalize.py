@@ -376,10 +376,9 @@ def _time(m: re.Match[str], text: str, end: int, british: bool) -> str | None:
     hours, minutes, seconds, half = int(m.group(1)), int(m.group(2)), m.group(3), m.group(4)
     if hours > 24 or minutes > 59 or (half and not 1 <= hours <= 12) or (seconds and int(seconds) > 59):
         return None
-    if minutes == 0 and not seconds:
-        spoken = f"{_spell(hours)} o'clock" if not half and hours <= 12 else f"{_spell(hours)} hundred"
-        if half:
-            spoken = _spell(hours)
+    if minutes == 0 and not seconds:  # "7 PM", "twelve o'clock", "eighteen hundred"
+        whole_hour = "o'clock" if 1 <= hours <= 12 else "hundred"
+        spoken = _spell(hours) if half else f"{_spell(hours)} {whole_hour}"
     elif minutes < 10:
         spoken = f"{_spell(hours)} oh {_spell(minutes)}"
     else:
