@@ -1,6 +1,6 @@
 """The session protocol, v1: every message both ways, typed, with its encoding (docs/protocol.md is its prose).
 
-Client → server: ``Synthesize``, ``Config``, ``Cancel``, ``Close``. Server → client: ``SynthesisStart``,
+Client → server: ``Synthesize``, ``Config``, ``Cancel``, ``Close``. Server → client: ``SynthesisStart``, ``Words``,
 ``SynthesisComplete``, ``Cancelled``, ``Error`` as JSON text frames, and the audio as binary frames. ``encode``
 turns any of them into the JSON text that travels; ``parse_client_message`` (the server's side) and
 ``parse_server_frame`` (a client's side) turn the text back. A message arrives in a text or a binary frame
@@ -11,7 +11,7 @@ a malformed message costs the client one error frame and never its session.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any, Final
 
 from .audio import DEFAULT_FORMAT, SAMPLE_RATE
@@ -31,7 +31,7 @@ CLOSE_TRY_AGAIN_LATER: Final = 1013
 """The model is loading, or the server is at its session cap (reason ``server_busy: …``): retry later."""
 
 MESSAGE_TYPES = ("synthesize", "config", "cancel", "close")
-FRAME_TYPES = ("synthesis_start", "synthesis_complete", "cancelled", "error")
+FRAME_TYPES = ("synthesis_start", "words", "synthesis_complete", "cancelled", "error")
 _UNSET: Any = object()
 
 
@@ -50,6 +50,7 @@ class Config:
     speed: object = _UNSET
     format: object = _UNSET
     sample_rate: object = _UNSET
+    word_timestamps: object = _UNSET
 
 
 @dataclass(frozen=True)
@@ -72,6 +73,26 @@ class SynthesisStart:
     id: str
     format: str
     sample_rate: int
+
+
+@dataclass(frozen=True)
+class WordTiming:
+    """One word as spoken: when, in ms from the start of its utterance's audio, and where it is in the text the
+    client sent (``text[char_start:char_end] == word``; a piece read as several words, "$1.2M", is one word)."""
+
+    word: str
+    start_ms: float
+    end_ms: float
+    char_start: int
+    char_end: int
+
+
+@dataclass(frozen=True)
+class Words:
+    """The words whose audio starts in the binary frame that follows (opt-in: config ``word_timestamps``)."""
+
+    id: str
+    words: tuple[WordTiming, ...]
 
 
 @dataclass(frozen=True)
@@ -104,7 +125,7 @@ class Error:
         return cls(error.code.value, error.message, utterance_id)
 
 
-ServerFrame = SynthesisStart | SynthesisComplete | Cancelled | Error
+ServerFrame = SynthesisStart | Words | SynthesisComplete | Cancelled | Error
 Message = Command | ServerFrame
 
 _TYPE_NAMES: dict[type, str] = {
@@ -113,6 +134,7 @@ _TYPE_NAMES: dict[type, str] = {
     Cancel: "cancel",
     Close: "close",
     SynthesisStart: "synthesis_start",
+    Words: "words",
     SynthesisComplete: "synthesis_complete",
     Cancelled: "cancelled",
     Error: "error",
@@ -130,12 +152,18 @@ def encode(message: Message) -> str:
         if value is _UNSET or (value is None and not isinstance(message, Config)):
             continue
         fields[name] = value
-    text = json.dumps(fields, ensure_ascii=False)
+    text = json.dumps(fields, ensure_ascii=False, default=_as_dict)
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:  # a lone surrogate echoed from the client: send it as a JSON escape instead
-        text = json.dumps(fields)
+        text = json.dumps(fields, default=_as_dict)
     return text
+
+
+def _as_dict(value: object) -> dict[str, Any]:
+    if isinstance(value, WordTiming):
+        return asdict(value)
+    raise TypeError(f"{type(value).__name__} is not part of the protocol")
 
 
 def parse_server_frame(raw: str | bytes) -> ServerFrame:
@@ -158,6 +186,8 @@ def server_frame(value: dict[str, Any]) -> ServerFrame:
             case "synthesis_start":
                 rate = int(value.get("sample_rate", SAMPLE_RATE))
                 return SynthesisStart(str(value["id"]), str(value.get("format", DEFAULT_FORMAT)), rate)
+            case "words":
+                return Words(str(value["id"]), tuple(_word_timing(w) for w in value["words"]))
             case "synthesis_complete":
                 size = value.get("bytes")
                 return SynthesisComplete(
@@ -178,6 +208,16 @@ def server_frame(value: dict[str, Any]) -> ServerFrame:
     except (KeyError, TypeError, ValueError) as exc:
         raise TTSError(ErrorCode.INVALID_MESSAGE, f"a {kind} frame without a valid {exc}: {value!r:.200}") from None
     raise TTSError(ErrorCode.UNKNOWN_TYPE, f"unknown frame type {kind!r} from the TTS server")
+
+
+def _word_timing(value: dict[str, Any]) -> WordTiming:
+    return WordTiming(
+        str(value["word"]),
+        float(value["start_ms"]),
+        float(value["end_ms"]),
+        int(value["char_start"]),
+        int(value["char_end"]),
+    )
 
 
 def parse_client_message(raw: str | bytes, max_bytes: int) -> Command:
@@ -246,6 +286,7 @@ def _command(message: dict[str, Any]) -> Command:
             speed=message.get("speed", _UNSET),
             format=message.get("format", _UNSET),
             sample_rate=message.get("sample_rate", _UNSET),
+            word_timestamps=message.get("word_timestamps", _UNSET),
         )
     if kind == "cancel":
         return Cancel(id=_utterance_id(message.get("id")))

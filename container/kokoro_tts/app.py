@@ -20,6 +20,7 @@ from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket
 
 from . import metrics, openai_api
+from .captioned_api import CAPTIONED_PATH, captioned_speech
 from .deepgram_session import DeepgramSession
 from .engine import TTSEngine
 from .http_api import health, invocations, ping
@@ -96,6 +97,7 @@ def create_app(
             Route("/v1/audio/voices", openai_api.voices, methods=["GET"]),
             Route("/v1/models", openai_api.models, methods=["GET"]),
             Route("/v1/models/{model_id:path}", openai_api.model, methods=["GET"]),
+            Route(CAPTIONED_PATH, captioned_speech, methods=["POST"]),
             WebSocketRoute(WS_PATH, bidirectional_stream),
             Route("/metrics", metrics.metrics_endpoint, methods=["GET"]),
             WebSocketRoute(SPEAK_PATH, deepgram_speak),

@@ -28,15 +28,19 @@ from functools import partial
 
 import numpy as np
 from kokoro_client.errors import ErrorCode, TTSError
+from kokoro_client.protocol import WordTiming
 
 from .audio import SAMPLE_RATE, float_to_pcm16
 from .backends import Backend, load_backend
-from .phonemes import Phonemizer, clean_text
+from .backends.stages import SAMPLES_PER_FRAME
+from .normalize import TextMap, normalize
+from .phonemes import Phonemizer, TokenBatch, clean_text_mapped
 from .scheduler import DeadlineScheduler, Limit
 from .settings import Settings
 from .text_chunks import split_utterance
 from .vocoder_windows import ChunkWindows, WindowPlan, decode_in_windows
 from .voices import Voice, VoiceBank
+from .word_timing import TextCursor, TimedWord, batch_words, timings
 
 log = logging.getLogger(__name__)
 
@@ -50,9 +54,11 @@ _LONG_NUMBER = re.compile(rf"\d{{{MAX_NUMBER_DIGITS + 1},}}")
 class SpeechRequest:
     """A validated utterance: build it with ``TTSEngine.request`` so every field has been checked."""
 
-    text: str
+    text: str  # what is spoken: the client's text cleaned and normalized (normalize.py)
     voice: Voice
     speed: float
+    source: TextMap  # spans of ``text`` → spans of the text the client sent
+    sent: str  # the text the client sent (word timings point into it)
 
 
 @dataclass(frozen=True)
@@ -63,6 +69,8 @@ class AudioChunk:
     text: str  # the text chunk it belongs to
     pcm: np.ndarray  # int16 mono at 24 kHz
     synth_ms: float  # compute time in the worker, queueing excluded
+    # The words whose audio starts in this piece, in ms from the utterance's start (English voices; word_timing.py)
+    words: tuple[WordTiming, ...] = ()
 
     @property
     def audio_ms(self) -> float:
@@ -122,7 +130,7 @@ class TTSEngine:
             )
         if not text.strip():
             raise TTSError(ErrorCode.EMPTY_TEXT, "'text' is empty: send at least one word to speak.")
-        cleaned = clean_text(text)
+        cleaned, cleaned_map = clean_text_mapped(text)
         if not cleaned:
             raise TTSError(
                 ErrorCode.NOTHING_TO_SPEAK,
@@ -135,7 +143,8 @@ class TTSEngine:
                 "write long digit strings in groups separated by spaces.",
             )
         resolved = self.voice(self.settings.default_voice if voice is None else voice)
-        return SpeechRequest(cleaned, resolved, self.check_speed(speed))
+        spoken, spoken_map = normalize(cleaned, resolved.lang)
+        return SpeechRequest(spoken, resolved, self.check_speed(speed), cleaned_map.then(spoken_map), text)
 
     def voice(self, spec: object) -> Voice:
         """Resolve a voice or blend this server can speak, or raise ``TTSError``."""
@@ -166,26 +175,35 @@ class TTSEngine:
         loop = asyncio.get_running_loop()
         tag = f"u{next(self._utterances)}"
         texts = deque(split_utterance(request.text))
-        batches: deque[tuple[str, list[int]]] = deque()  # phonemized, not yet synthesized
+        batches: deque[tuple[str, TokenBatch]] = deque()  # phonemized, not yet synthesized
         decoding: _Decoding | None = None  # the batch whose windows are being decoded
+        cursor = TextCursor(request.text, request.source)
+        made = 0  # samples of audio made so far: where the next batch starts
         count = 0
 
         async def next_chunk(index: int, due: float) -> AudioChunk | None:
+            nonlocal made
+            chunk = await make_chunk(index, due)
+            made += chunk.pcm.size if chunk is not None else 0
+            return chunk
+
+        async def make_chunk(index: int, due: float) -> AudioChunk | None:
             nonlocal decoding
             if decoding is not None and not decoding.done:
                 return await self._window_job(index, decoding, due, f"{tag} window {index}")
             while not batches and texts:
                 text = texts.popleft()
-                for ids in await self.scheduler.run(
-                    partial(self._token_batches, text, request), due, f"{tag} phonemes"
-                ):
-                    batches.append((text, ids))
+                for batch in await self.scheduler.run(partial(self._batches, text, request), due, f"{tag} phonemes"):
+                    batches.append((text, batch))
             if not batches:
                 return None
-            text, ids = batches.popleft()
+            text, batch = batches.popleft()
             if not self.windowed:
-                return await self._batch_job(index, text, ids, request, due, f"{tag} batch {index}")
-            decoding = _Decoding(text, ids, request, decoding.seconds_per_frame if decoding else 0.0)
+                return await self._batch_job(
+                    index, text, batch, request, _Timing(cursor, made), due, f"{tag} batch {index}"
+                )
+            seconds_per_frame = decoding.seconds_per_frame if decoding else 0.0
+            decoding = _Decoding(text, batch, request, seconds_per_frame, _Timing(cursor, made))
             return await self._window_job(index, decoding, due, f"{tag} window {index}")
 
         deadline = loop.time() if due is None else max(due, loop.time())
@@ -208,15 +226,25 @@ class TTSEngine:
                 await asyncio.gather(pending, return_exceptions=True)
 
     async def _batch_job(
-        self, index: int, text: str, ids: list[int], request: SpeechRequest, deadline: float, label: str
+        self,
+        index: int,
+        text: str,
+        batch: TokenBatch,
+        request: SpeechRequest,
+        timing: _Timing,
+        deadline: float,
+        label: str,
     ) -> AudioChunk:
-        def job() -> tuple[np.ndarray, float]:
+        def job() -> tuple[np.ndarray, float, tuple[WordTiming, ...]]:
             started = time.perf_counter()
-            pcm = float_to_pcm16(self.backend.synthesize(ids, request.voice.style(len(ids)), request.speed))
-            return pcm, 1000.0 * (time.perf_counter() - started)
+            ids = batch.ids
+            audio, durations = self.backend.synthesize_timed(ids, request.voice.style(len(ids)), request.speed)
+            words = batch_words(batch, durations, timing.cursor) if durations is not None else []
+            pcm = float_to_pcm16(audio)
+            return pcm, 1000.0 * (time.perf_counter() - started), timings(words, timing.offset, request.sent)
 
-        pcm, synth_ms = await self.scheduler.run(job, deadline, label)
-        return AudioChunk(index, text, pcm, synth_ms)
+        pcm, synth_ms, words = await self.scheduler.run(job, deadline, label)
+        return AudioChunk(index, text, pcm, synth_ms, words)
 
     async def _window_job(self, index: int, decoding: _Decoding, deadline: float, label: str) -> AudioChunk:
         """The batch's next window (its first also runs the prosody front), as large as the audio queued ahead of
@@ -224,25 +252,34 @@ class TTSEngine:
         stages = self.backend.stages
         assert stages is not None
 
-        def job() -> tuple[np.ndarray, float]:
+        def job() -> tuple[np.ndarray, float, tuple[WordTiming, ...]]:
             started = time.perf_counter()
+            request, timing = decoding.request, decoding.timing
             if decoding.windows is None:
-                request = decoding.request
-                prosody = stages.front(decoding.ids, request.voice.style(len(decoding.ids)), request.speed)
+                ids = decoding.batch.ids
+                prosody = stages.front(ids, request.voice.style(len(ids)), request.speed)
                 decoding.windows = ChunkWindows(
                     partial(stages.decode, prosody), prosody.frames, self.window_plan, decoding.seconds_per_frame
                 )
+                decoding.words = batch_words(decoding.batch, prosody.durations, timing.cursor)
             windows = decoding.windows
             decoding.seconds_per_frame = windows.seconds_per_frame
             # The loop's clock is time.monotonic: the seconds of audio still queued ahead of this window.
             pcm = float_to_pcm16(windows.decode(windows.next_size(deadline - time.monotonic())))
-            return pcm, 1000.0 * (time.perf_counter() - started)
+            # The words starting in this window (the last window takes the rest).
+            ends = windows.start * SAMPLES_PER_FRAME if not windows.done else None
+            words = [w for w in decoding.words if ends is None or w.start < ends]
+            decoding.words = decoding.words[len(words) :]
+            return pcm, 1000.0 * (time.perf_counter() - started), timings(words, timing.offset, request.sent)
 
-        pcm, synth_ms = await self.scheduler.run(job, deadline, label)
-        return AudioChunk(index, decoding.text, pcm, synth_ms)
+        pcm, synth_ms, words = await self.scheduler.run(job, deadline, label)
+        return AudioChunk(index, decoding.text, pcm, synth_ms, words)
 
     def _token_batches(self, text: str, request: SpeechRequest) -> list[list[int]]:
-        return self.phonemizer.token_batches(self.phonemizer.phonemes(text, request.voice.lang))
+        return [batch.ids for batch in self._batches(text, request)]
+
+    def _batches(self, text: str, request: SpeechRequest) -> list[TokenBatch]:
+        return self.phonemizer.batches(self.phonemizer.spoken(text, request.voice.lang))
 
     def _synthesize_chunk(self, text: str, request: SpeechRequest) -> np.ndarray:
         """A text chunk's whole audio, as the server makes it (in paced windows when windowed), in this thread."""
@@ -259,13 +296,24 @@ class TTSEngine:
         return float_to_pcm16(np.concatenate(pieces))
 
 
+@dataclass(frozen=True)
+class _Timing:
+    """What a batch's word timings need: the utterance's text cursor, and the samples made before the batch."""
+
+    cursor: TextCursor
+    offset: int
+
+
 class _Decoding:
     """A token batch being decoded window by window; its windows exist once the first job has run the front."""
 
-    def __init__(self, text: str, ids: list[int], request: SpeechRequest, seconds_per_frame: float) -> None:
-        self.text, self.ids, self.request = text, ids, request
+    def __init__(
+        self, text: str, batch: TokenBatch, request: SpeechRequest, seconds_per_frame: float, timing: _Timing
+    ) -> None:
+        self.text, self.batch, self.request, self.timing = text, batch, request, timing
         self.seconds_per_frame = seconds_per_frame  # the decoder's speed on the batch before, if any
         self.windows: ChunkWindows | None = None
+        self.words: list[TimedWord] = []  # the batch's words not yet sent with a window
 
     @property
     def done(self) -> bool:

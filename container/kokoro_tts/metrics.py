@@ -40,6 +40,7 @@ ROUTES = {
     "/v1/audio/speech": "openai",
     "/invocations-bidirectional-stream": "ws",
     "/v1/speak": "deepgram",
+    "/dev/captioned_speech": "captioned",
 }
 
 TIME_TO_FIRST_AUDIO = Histogram(

@@ -132,12 +132,12 @@ def _speech_params(engine: TTSEngine, fields: dict[str, Any]) -> _SpeechParams:
             ErrorCode.INVALID_SPEED, f"'speed' must be a number from {MIN_SPEED} to {MAX_SPEED}, not {shown}."
         )
     model_speed, tempo = split_speed(float(speed), engine.settings.min_speed, engine.settings.max_speed)
-    speech = engine.request(fields.get("input"), _voice_spec(fields.get("voice")), model_speed)
+    speech = engine.request(fields.get("input"), voice_spec(fields.get("voice")), model_speed)
     fmt = audio_format(fields.get("response_format", "mp3"))
     return _SpeechParams(speech, fmt, tempo, stream_format == "sse", output_rate(fmt, fields.get("sample_rate")))
 
 
-def _voice_spec(voice: object) -> object:
+def voice_spec(voice: object) -> object:
     """A Kokoro voice or blend as is; OpenAI's names mapped; OpenAI's ``{"id": ...}`` voice object unwrapped."""
     if isinstance(voice, dict) and set(voice) == {"id"}:
         voice = voice["id"]

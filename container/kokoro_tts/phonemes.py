@@ -8,11 +8,16 @@ misaki try.
 
 from __future__ import annotations
 
+import bisect
 import threading
 import unicodedata
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
 
 from kokoro_client.errors import ErrorCode, TTSError
+
+from .normalize import TextMap
 
 # The model's context is 512 tokens; two of them are the pad tokens that open and close every input.
 MAX_PHONEME_TOKENS = 510
@@ -30,7 +35,35 @@ LANGUAGE_NAMES = {
     "p": "Portuguese (BR)",
 }
 
-G2PFunction = Callable[[str], str]
+G2PFunction = Callable[[str], "Phonemes"]
+
+
+@dataclass(frozen=True)
+class SpokenWord:
+    """A word of the G2P's input and where its phonemes lie in the phoneme string: [start, end)."""
+
+    text: str
+    start: int
+    end: int
+
+
+@dataclass(frozen=True)
+class Phonemes:
+    """A text's phonemes and, when the G2P says which phonemes are which word's (misaki's English), its words."""
+
+    text: str
+    words: tuple[SpokenWord, ...] = ()
+
+
+@dataclass(frozen=True)
+class TokenBatch:
+    """At most 510 token ids, and each word's tokens: ``words[i]`` spans ids[first:last] as (word, first, last)."""
+
+    ids: list[int]
+    words: tuple[tuple[str, int, int], ...] = ()
+
+
+_CURRENCY_SIGNS = frozenset("$£€")
 
 
 def _english(british: bool) -> G2PFunction:
@@ -49,21 +82,39 @@ def _english(british: bool) -> G2PFunction:
             self.unk = ""
 
     g2p = OfflineEnglishG2P()
-    return lambda text: g2p(text)[0]
+    return lambda text: _with_words(*g2p(text))
+
+
+def _with_words(phonemes: str, tokens: list[Any]) -> Phonemes:
+    """misaki's phoneme string is each token's phonemes and whitespace, joined: that gives each word its span.
+    A currency sign it reads with the number after it ("$" before "42.50") joins that word."""
+    words: list[SpokenWord] = []
+    position, prefix = 0, ""
+    for token in tokens:
+        spoken = token.phonemes or ""
+        if not spoken and token.text in _CURRENCY_SIGNS and not token.whitespace:
+            prefix += token.text
+        elif speakable(spoken) and any(ch.isalnum() for ch in token.text):
+            words.append(SpokenWord(prefix + token.text, position, position + len(spoken)))
+            prefix = ""
+        position += len(spoken) + len(token.whitespace)
+    if position != len(phonemes):  # not the string the spans were counted on: no words rather than wrong ones
+        return Phonemes(phonemes)
+    return Phonemes(phonemes, tuple(words))
 
 
 def _mandarin() -> G2PFunction:
     from misaki import zh
 
     g2p = zh.ZHG2P()
-    return lambda text: g2p(text)[0]
+    return lambda text: Phonemes(g2p(text)[0])
 
 
 def _espeak(language: str) -> G2PFunction:
     from misaki import espeak
 
     g2p = espeak.EspeakG2P(language=language)
-    return lambda text: g2p(text)[0]
+    return lambda text: Phonemes(g2p(text)[0])
 
 
 def _factory(lang: str) -> Callable[[], G2PFunction]:
@@ -86,9 +137,32 @@ def clean_text(text: str) -> str:
     Control and format characters and lone surrogates go; so do emoji and pictographs (symbols from the arrows
     block up), which espeak-ng would otherwise read out by name ("grinning face"). ©, ®, ° and ™ stay.
     """
-    text = text.encode("utf-8", "replace").decode("utf-8").replace("\ufffd", " ")
-    text = unicodedata.normalize("NFC", text)
-    return "".join(_keep(ch) for ch in text).strip()
+    return clean_text_mapped(text)[0]
+
+
+def clean_text_mapped(text: str) -> tuple[str, TextMap]:
+    """``clean_text`` and the map from the cleaned text back to ``text`` (NFC composes within a base character and
+    its combining marks, so each composed character maps to that run)."""
+    text = text.encode("utf-8", "replace").decode("utf-8").replace("\ufffd", " ")  # a lone surrogate is one "?"
+    out: list[str] = []
+    spans: list[tuple[int, int]] = []
+    run_start = 0
+    for end in range(1, len(text) + 1):
+        if end < len(text) and unicodedata.combining(text[end]):
+            continue
+        run = text[run_start:end]
+        composed = unicodedata.normalize("NFC", run)
+        for i, ch in enumerate(composed):
+            kept = _keep(ch)
+            if kept:
+                out.append(kept)
+                same = len(composed) == len(run)
+                spans.append((run_start + i, run_start + i + 1) if same else (run_start, end))
+        run_start = end
+    cleaned = "".join(out)
+    lead = len(cleaned) - len(cleaned.lstrip())
+    cleaned = cleaned.strip()
+    return cleaned, TextMap.from_spans(spans[lead : lead + len(cleaned)])
 
 
 def _keep(ch: str) -> str:
@@ -118,6 +192,10 @@ class Phonemizer:
         _factory(lang)
 
     def phonemes(self, text: str, lang: str) -> str:
+        return self.spoken(text, lang).text
+
+    def spoken(self, text: str, lang: str) -> Phonemes:
+        """The phonemes of ``text`` with its words (English); blocking."""
         with self._registry_lock:
             lock = self._locks.setdefault(lang, threading.Lock())
         with lock:  # spaCy and misaki keep state per call; one call per language at a time
@@ -130,20 +208,36 @@ class Phonemizer:
 
     def token_batches(self, phonemes: str) -> list[list[int]]:
         """The token ids of ``phonemes`` in pieces of at most 510, cut at a clause, else a word, boundary."""
-        batches: list[list[int]] = []
-        rest = phonemes.strip() if speakable(phonemes) else ""
-        while rest:
-            ids = self.tokens(rest)
-            if len(ids) <= MAX_PHONEME_TOKENS:
-                if ids:
-                    batches.append(ids)
-                break
-            cut = _cut_point(rest, MAX_PHONEME_TOKENS)
-            piece_ids = self.tokens(rest[:cut])
-            if piece_ids:
-                batches.append(piece_ids)
-            rest = rest[cut:].strip()
+        return [batch.ids for batch in self.batches(Phonemes(phonemes))]
+
+    def batches(self, phonemes: Phonemes) -> list[TokenBatch]:
+        """``token_batches``, keeping which tokens are which word's (a word cut by a batch's end is left out)."""
+        text = phonemes.text
+        batches: list[TokenBatch] = []
+        start, end = (len(text) - len(text.lstrip()), len(text.rstrip())) if speakable(text) else (0, 0)
+        while start < end:
+            positions = [i for i in range(start, end) if text[i] in self._vocab]
+            if len(positions) > MAX_PHONEME_TOKENS:
+                cut = start + _cut_point(text[start:end], MAX_PHONEME_TOKENS)
+                positions = [i for i in positions if i < cut]
+            else:
+                cut = end
+            if positions:
+                batches.append(self._batch(text, positions, phonemes.words))
+            start = cut
+            while start < end and text[start].isspace():
+                start += 1
         return batches
+
+    def _batch(self, text: str, positions: list[int], words: tuple[SpokenWord, ...]) -> TokenBatch:
+        ids = [self._vocab[text[i]] for i in positions]
+        spans = []
+        for word in words:
+            first = bisect.bisect_left(positions, word.start)
+            last = bisect.bisect_left(positions, word.end)
+            if first < last and positions[0] <= word.start and word.end <= positions[-1] + 1:
+                spans.append((word.text, first, last))
+        return TokenBatch(ids, tuple(spans))
 
 
 def _cut_point(phonemes: str, limit: int) -> int:

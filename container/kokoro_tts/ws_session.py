@@ -34,6 +34,7 @@ from kokoro_client.protocol import (
     SynthesisComplete,
     SynthesisStart,
     Synthesize,
+    Words,
     encode,
     is_set,
     parse_client_message,
@@ -54,6 +55,7 @@ class Utterance:
     request: SpeechRequest
     format: AudioFormat
     sample_rate: int
+    word_timestamps: bool = False
     cancelled: bool = False
     received: float = field(default_factory=time.perf_counter)  # when its synthesize message arrived
     stopping: asyncio.Event = field(default_factory=asyncio.Event)  # set with ``cancelled``: wakes the speaker
@@ -69,6 +71,7 @@ class _Defaults:
     speed: object = None
     format: AudioFormat = field(default_factory=lambda: audio_format("pcm"))
     sample_rate: object = None  # None: the format's own default (24 kHz; 8 kHz for mulaw and alaw)
+    word_timestamps: bool = False
 
 
 class BidiSession:
@@ -194,7 +197,7 @@ class BidiSession:
             command.voice if command.voice is not None else self._defaults.voice,
             command.speed if command.speed is not None else self._defaults.speed,
         )
-        self._queue.append(Utterance(utterance_id, request, fmt, rate))
+        self._queue.append(Utterance(utterance_id, request, fmt, rate, self._defaults.word_timestamps))
         self._wakeup.set()
 
     def _configure(self, command: Config) -> None:
@@ -210,7 +213,12 @@ class BidiSession:
         if is_set(command.sample_rate):
             rate = command.sample_rate
         output_rate(fmt, rate)  # the pair must fit: mulaw at 24 kHz is refused here, not at the next utterance
-        self._defaults = _Defaults(voice, speed, fmt, rate)
+        word_timestamps = self._defaults.word_timestamps
+        if is_set(command.word_timestamps):
+            if command.word_timestamps is not None and not isinstance(command.word_timestamps, bool):
+                raise TTSError(ErrorCode.INVALID_MESSAGE, "'word_timestamps' must be true or false.")
+            word_timestamps = bool(command.word_timestamps)
+        self._defaults = _Defaults(voice, speed, fmt, rate, word_timestamps)
 
     def _cancel(self, target: str | None) -> list[str]:
         """Drops matching queued utterances (returned) and flags a matching one in flight."""
@@ -282,6 +290,8 @@ class BidiSession:
                     metrics.first_audio(self._route, first_audio_s)
                     await self._started(utterance)
                     started = True
+                if utterance.word_timestamps and chunk.words:
+                    await self._send_frame(Words(utterance.id, chunk.words))
                 data = encoder.encode(chunk.pcm)
                 if data:
                     await self._send_bytes(data)

@@ -13,7 +13,7 @@ from kokoro_client.errors import ErrorCode
 
 DOC = (Path(__file__).resolve().parents[2] / "docs" / "protocol.md").read_text()
 MESSAGES = (protocol.Synthesize, protocol.Config, protocol.Cancel, protocol.Close)
-FRAMES = (protocol.SynthesisStart, protocol.SynthesisComplete, protocol.Cancelled, protocol.Error)
+FRAMES = (protocol.SynthesisStart, protocol.Words, protocol.SynthesisComplete, protocol.Cancelled, protocol.Error)
 
 
 def _doc_line(type_name: str) -> str:

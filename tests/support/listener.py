@@ -93,6 +93,20 @@ class WhisperListener:
         )
         return " ".join(s.text.strip() for s in segments).strip()
 
+    def timed_words(self, pcm: np.ndarray, rate: int = 24_000, language: str = "en") -> list[tuple[str, float, float]]:
+        """Whisper's words with its own timestamps (cross-attention alignment, faster-whisper's
+        ``word_timestamps``): (word, start s, end s)."""
+        audio = resample_16k(pcm, rate).astype(np.float32) / 32768.0
+        segments, _ = self._model.transcribe(
+            audio,
+            language=language,
+            beam_size=5,
+            temperature=0.0,
+            condition_on_previous_text=False,
+            word_timestamps=True,
+        )
+        return [(w.word.strip(), float(w.start), float(w.end)) for s in segments for w in s.words or ()]
+
 
 def word_error_rate(pairs: list[tuple[str, str]]) -> float:
     """Corpus WER over (reference, hypothesis) pairs: all edits over all reference words."""

@@ -3,7 +3,8 @@
 ``onnx`` (onnxruntime: the CPU by default, the CUDA provider when present) is the embedded default;
 ``torch`` runs the kokoro package's KModel on a GPU from the same weight layout (optional extra ``gpu``): Hugging
 Face's kokoro-v1_0.pth, or the weights ``derive-torch`` recovers from the ONNX export. Only the onnx backend has
-``stages`` (windowed decoding) so far; the torch backend synthesizes whole chunks.
+``stages`` (windowed decoding) so far; the torch backend synthesizes whole chunks. Word timestamps need the predicted
+durations: the onnx front stage and the torch KModel give them; the monolithic ONNX graph alone does not.
 """
 
 from __future__ import annotations
@@ -43,6 +44,13 @@ class Backend(Protocol):
 
     def synthesize(self, tokens: list[int], style: np.ndarray, speed: float) -> np.ndarray:
         """Float32 mono audio at 24 kHz for at most 510 phoneme tokens; blocking, called from a worker thread."""
+        ...
+
+    def synthesize_timed(
+        self, tokens: list[int], style: np.ndarray, speed: float
+    ) -> tuple[np.ndarray, np.ndarray | None]:
+        """``synthesize``, with the predicted frames per token (pad tokens included) when the graph gives them: the
+        torch KModel does; the shipped monolithic ONNX graph outputs audio only (its stages have them: stages.py)."""
         ...
 
 

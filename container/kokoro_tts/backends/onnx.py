@@ -41,3 +41,7 @@ class OnnxBackend:
         }
         (audio,) = self._session.run([self._audio_output], feeds)
         return np.asarray(audio, dtype=np.float32).reshape(-1)
+
+    def synthesize_timed(self, tokens: list[int], style: np.ndarray, speed: float) -> tuple[np.ndarray, None]:
+        # The export's only output is the audio: durations come from the front stage (engine.py, windowed).
+        return self.synthesize(tokens, style, speed), None

@@ -113,9 +113,15 @@ class TorchBackend:
         self._model = load_kmodel(config_path, model_path).to(self.device).eval()
 
     def synthesize(self, tokens: list[int], style: np.ndarray, speed: float) -> np.ndarray:
+        return self.synthesize_timed(tokens, style, speed)[0]
+
+    def synthesize_timed(self, tokens: list[int], style: np.ndarray, speed: float) -> tuple[np.ndarray, np.ndarray]:
         torch = self._torch
         with torch.inference_mode():
             input_ids = torch.tensor([[0, *tokens, 0]], dtype=torch.long, device=self.device)
             ref_s = torch.from_numpy(np.ascontiguousarray(style, dtype=np.float32)).reshape(1, -1).to(self.device)
-            audio, _ = self._model.forward_with_tokens(input_ids, ref_s, speed)
-        return np.asarray(audio.float().cpu().numpy(), dtype=np.float32).reshape(-1)
+            audio, durations = self._model.forward_with_tokens(input_ids, ref_s, speed)
+        return (
+            np.asarray(audio.float().cpu().numpy(), dtype=np.float32).reshape(-1),
+            np.asarray(durations.cpu().numpy()).reshape(-1),
+        )
