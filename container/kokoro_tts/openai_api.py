@@ -15,11 +15,12 @@ import logging
 import math
 from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
 from kokoro_client.errors import INTERNAL_ERROR_MESSAGE, ErrorCode, TTSError
+from kokoro_client.protocol import WordTiming
 from sse_starlette import JSONServerSentEvent
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -109,6 +110,7 @@ class _SpeechParams:
     tempo: float  # the time-stretch after the model (1.0: none)
     sse: bool
     sample_rate: int  # an extension to OpenAI's fields, as on every route here: 8 to 48 kHz
+    word_timestamps: bool  # an extension: SSE only, ``speech.audio.words`` events before the audio they time
 
 
 def _speech_params(engine: TTSEngine, fields: dict[str, Any]) -> _SpeechParams:
@@ -134,7 +136,17 @@ def _speech_params(engine: TTSEngine, fields: dict[str, Any]) -> _SpeechParams:
     model_speed, tempo = split_speed(float(speed), engine.settings.min_speed, engine.settings.max_speed)
     speech = engine.request(fields.get("input"), voice_spec(fields.get("voice")), model_speed)
     fmt = audio_format(fields.get("response_format", "mp3"))
-    return _SpeechParams(speech, fmt, tempo, stream_format == "sse", output_rate(fmt, fields.get("sample_rate")))
+    word_timestamps = fields.get("word_timestamps", False)
+    if not isinstance(word_timestamps, bool):
+        raise _FieldError(ErrorCode.INVALID_MESSAGE, "'word_timestamps' must be true or false.", "word_timestamps")
+    if word_timestamps and stream_format != "sse":
+        raise _FieldError(
+            ErrorCode.INVALID_MESSAGE,
+            "'word_timestamps' needs stream_format 'sse' (or POST /dev/captioned_speech).",
+            "word_timestamps",
+        )
+    rate = output_rate(fmt, fields.get("sample_rate"))
+    return _SpeechParams(speech, fmt, tempo, stream_format == "sse", rate, word_timestamps)
 
 
 def voice_spec(voice: object) -> object:
@@ -164,7 +176,8 @@ def _render(params: _SpeechParams) -> Render:
     def render(first: AudioChunk, rest: AsyncGenerator[AudioChunk]) -> AsyncIterator[bytes]:
         output = _Output(params.fmt, params.tempo, params.sample_rate)
         if params.sse:
-            return _sse_events(first, rest, output, _Usage(input_tokens=len(params.speech.text)))
+            usage = _Usage(input_tokens=len(params.speech.text))
+            return _sse_events(first, rest, output, usage, params.word_timestamps, params.tempo)
         return _audio(first, rest, output)
 
     return render
@@ -226,19 +239,29 @@ def audio_done(usage: _Usage) -> dict[str, Any]:
     return {"type": "speech.audio.done", "usage": usage.to_dict()}
 
 
-def _chunk_events(chunk: AudioChunk, output: _Output) -> list[dict[str, Any]]:
-    """The events one synthesized chunk adds to the stream: its audio (what the encoder has ready). Another event
-    type per chunk (word timings, say) is one more entry here; its times would be divided by the stretch."""
-    data = output.push(chunk.pcm)
-    return [audio_delta(data)] if data else []
+def audio_words(words: tuple[WordTiming, ...], tempo: float) -> dict[str, Any]:
+    """Our extension event: the words whose audio starts in the next delta, times in ms of the (stretched) audio."""
+    timed = [
+        {**asdict(w), "start_ms": round(w.start_ms / tempo, 1), "end_ms": round(w.end_ms / tempo, 1)} for w in words
+    ]
+    return {"type": "speech.audio.words", "words": timed}
+
+
+def _chunk_events(chunk: AudioChunk, output: _Output, words: bool, tempo: float) -> list[dict[str, Any]]:
+    """The events one synthesized chunk adds to the stream: its words (if asked for), then its audio (what the
+    encoder has ready)."""
+    events = [audio_words(chunk.words, tempo)] if words and chunk.words else []
+    if data := output.push(chunk.pcm):
+        events.append(audio_delta(data))
+    return events
 
 
 async def _sse_events(
-    first: AudioChunk, rest: AsyncGenerator[AudioChunk], output: _Output, usage: _Usage
+    first: AudioChunk, rest: AsyncGenerator[AudioChunk], output: _Output, usage: _Usage, words: bool, tempo: float
 ) -> AsyncIterator[bytes]:
     try:
         async for chunk in _chunks(first, rest):
-            for event in _chunk_events(chunk, output):
+            for event in _chunk_events(chunk, output, words, tempo):
                 yield _encode(event)
     except TTSError as error:  # the response has started: the error travels as the stream's last event
         yield _encode({"type": "error", "error": openai_error(error)})

@@ -272,3 +272,27 @@ def test_speeds_beyond_the_model_s_range_are_time_stretched(client: openai.OpenA
     assert seconds[0.5] > seconds[1.0] > seconds[2.0]
     assert seconds[0.25] / seconds[0.5] == pytest.approx(2.0, rel=0.03)
     assert seconds[4.0] / seconds[2.0] == pytest.approx(0.5, rel=0.03)
+
+
+def test_sse_word_timestamps_are_opt_in_and_precede_their_audio(server: Any) -> None:
+    """Our extension: ``word_timestamps`` adds ``speech.audio.words`` events (each before the delta holding the
+    audio of its words, times divided by the time-stretch); without it the stream is OpenAI's events only."""
+    text = "Your table for two is booked at seven."
+    request = {"input": text, "response_format": "pcm", "stream_format": "sse", "word_timestamps": True, "speed": 2.5}
+    response = httpx.post(f"{server.base_url}/v1/audio/speech", json=request, timeout=120)
+    assert response.status_code == 200, response.text
+    events = sse_events(response.text)
+    assert events[0]["type"] == "speech.audio.words" and events[-1]["type"] == "speech.audio.done"
+    words = [w for e in events if e["type"] == "speech.audio.words" for w in e["words"]]
+    assert [w["word"] for w in words] == text.rstrip(".").split()
+    assert all(text[w["char_start"] : w["char_end"]] == w["word"] for w in words)
+    starts = [w["start_ms"] for w in words]
+    assert starts == sorted(starts) and all(w["end_ms"] > w["start_ms"] for w in words)
+    audio = b"".join(base64.b64decode(e["audio"]) for e in events if e["type"] == "speech.audio.delta")
+    audio_ms = 1000 * len(audio) / 2 / RATE  # the stretched audio: the words' times are in its clock
+    assert words[-1]["end_ms"] <= audio_ms + 50 and words[-1]["end_ms"] > 0.6 * audio_ms, (words[-1], audio_ms)
+
+    plain = httpx.post(f"{server.base_url}/v1/audio/speech", json={**request, "word_timestamps": False}, timeout=120)
+    assert {e["type"] for e in sse_events(plain.text)} == {"speech.audio.delta", "speech.audio.done"}
+    refused = httpx.post(f"{server.base_url}/v1/audio/speech", json={**request, "stream_format": "audio"}, timeout=10)
+    assert refused.status_code == 400 and refused.json()["error"]["param"] == "word_timestamps"
