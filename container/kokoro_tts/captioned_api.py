@@ -26,7 +26,7 @@ from starlette.responses import Response
 from . import metrics
 from .audio import AudioFormat, audio_format, make_encoder
 from .engine import AudioChunk
-from .http_api import GONE, ClientGone, engine_of, json_body, read_body, stream_speech
+from .http_api import GONE, ClientGone, engine_of, first_then, json_body, read_body, stream_speech
 from .openai_api import error_response, voice_spec
 
 CAPTIONED_PATH = "/dev/captioned_speech"
@@ -76,17 +76,12 @@ async def _pieces(
     encoder = make_encoder(fmt)
     words: list[dict[str, Any]] = []
 
-    async def chunks() -> AsyncIterator[AudioChunk]:
-        yield first
-        async with aclosing(rest):
-            async for chunk in rest:
-                yield chunk
-
-    async for chunk in chunks():
-        words += [_timestamp(word) for word in chunk.words]
-        if data := encoder.encode(chunk.pcm):
-            yield _piece(data, fmt, words)
-            words = []
+    async with aclosing(first_then(first, rest)) as chunks:
+        async for chunk in chunks:
+            words += [_timestamp(word) for word in chunk.words]
+            if data := encoder.encode(chunk.pcm):
+                yield _piece(data, fmt, words)
+                words = []
     if (data := encoder.finish()) or words:
         yield _piece(data, fmt, words)
 

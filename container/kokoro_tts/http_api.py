@@ -267,9 +267,11 @@ class _SynthesisResponse(StreamingResponse):
             metrics.error(self._tally.route, ErrorCode.INTERNAL_ERROR)
             raise
         finally:
-            self._tally.ended()
-            await self._chunks.aclose()
-            self._engine.http_streams.release()
+            try:
+                self._tally.ended()
+                await self._chunks.aclose()
+            finally:
+                self._engine.http_streams.release()
 
 
 async def _first_chunk(request: Request, chunks: AsyncGenerator[AudioChunk]) -> AudioChunk | None:
@@ -304,14 +306,21 @@ async def _disconnected(request: Request) -> None:
         pass
 
 
+async def first_then(first: AudioChunk, rest: AsyncGenerator[AudioChunk]) -> AsyncGenerator[AudioChunk]:
+    """The first chunk (already synthesized), then the rest. A render closes it (``aclosing``) rather than leave it
+    to the collector, so the synthesis is over before the response's own cleanup runs."""
+    yield first
+    async with aclosing(rest):
+        async for chunk in rest:
+            yield chunk
+
+
 async def _encoded(
     first: AudioChunk, rest: AsyncGenerator[AudioChunk], fmt: AudioFormat, sample_rate: int
 ) -> AsyncIterator[bytes]:
     encoder = make_encoder(fmt, sample_rate)
-    async with aclosing(rest):
-        if data := encoder.encode(first.pcm):
-            yield data
-        async for chunk in rest:
+    async with aclosing(first_then(first, rest)) as chunks:
+        async for chunk in chunks:
             if data := encoder.encode(chunk.pcm):
                 yield data
     if data := encoder.finish():

@@ -29,7 +29,7 @@ from . import metrics
 from .audio import AudioFormat, audio_format, make_encoder, output_rate
 from .backends.stages import SAMPLES_PER_FRAME
 from .engine import AudioChunk, SpeechRequest, TTSEngine
-from .http_api import GONE, ClientGone, Render, engine_of, json_body, read_body, stream_speech
+from .http_api import GONE, ClientGone, Render, engine_of, first_then, json_body, read_body, stream_speech
 from .tempo import TempoStretcher, split_speed
 
 log = logging.getLogger(__name__)
@@ -200,17 +200,11 @@ class _Output:
         return tail + self._encoder.finish()
 
 
-async def _chunks(first: AudioChunk, rest: AsyncGenerator[AudioChunk]) -> AsyncIterator[AudioChunk]:
-    yield first
-    async with aclosing(rest):
-        async for chunk in rest:
-            yield chunk
-
-
 async def _audio(first: AudioChunk, rest: AsyncGenerator[AudioChunk], output: _Output) -> AsyncIterator[bytes]:
-    async for chunk in _chunks(first, rest):
-        if data := output.push(chunk.pcm):
-            yield data
+    async with aclosing(first_then(first, rest)) as chunks:
+        async for chunk in chunks:
+            if data := output.push(chunk.pcm):
+                yield data
     if data := output.finish():
         yield data
 
@@ -260,9 +254,10 @@ async def _sse_events(
     first: AudioChunk, rest: AsyncGenerator[AudioChunk], output: _Output, usage: _Usage, words: bool, tempo: float
 ) -> AsyncIterator[bytes]:
     try:
-        async for chunk in _chunks(first, rest):
-            for event in _chunk_events(chunk, output, words, tempo):
-                yield _encode(event)
+        async with aclosing(first_then(first, rest)) as chunks:
+            async for chunk in chunks:
+                for event in _chunk_events(chunk, output, words, tempo):
+                    yield _encode(event)
     except TTSError as error:  # the response has started: the error travels as the stream's last event
         yield _encode({"type": "error", "error": openai_error(error)})
         return

@@ -97,7 +97,8 @@ def test_metrics_parse_and_move_with_each_route(server: Any) -> None:
     # Nothing is left in flight: a response's slot is freed just after its last byte leaves, so allow a moment.
     deadline = time.monotonic() + 5
     while sum(value(after, "kokoro_tts_in_use", cap=cap) for cap in ("sessions", "http_streams")):
-        assert time.monotonic() < deadline, "a session or HTTP slot is still in use 5 s after its response ended"
+        in_use = {cap: value(after, "kokoro_tts_in_use", cap=cap) for cap in ("sessions", "http_streams")}
+        assert time.monotonic() < deadline, f"still in use 5 s after the responses ended: {in_use}"
         time.sleep(0.05)
         after = scrape(server.base_url)
 
@@ -174,6 +175,10 @@ def test_every_line_of_a_request_carries_its_ids(server: Any, json_log: io.Strin
         f"{server.base_url}/invocations", json={"text": "Hi."}, headers={"X-Request-Id": "req-42"}, timeout=60
     )
     assert response.headers["x-request-id"] == "req-42"
+    # A response's own lines (its utterance, its access line) are written just after its last byte: allow a moment.
+    deadline = time.monotonic() + 5
+    while json_log.getvalue().count('"req-42"') < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
     lines = [json.loads(line) for line in json_log.getvalue().splitlines()]
     for line in lines:
         assert {"timestamp", "level", "logger", "message"} <= set(line), line

@@ -136,11 +136,11 @@ def test_an_error_after_the_stream_started_is_its_last_event(server: Any, monkey
     calls = []
     chunk_events = kokoro_tts.openai_api._chunk_events
 
-    def failing_second(chunk: Any, output: Any) -> list[dict[str, Any]]:
+    def failing_second(chunk: Any, *rest: Any) -> list[dict[str, Any]]:
         calls.append(chunk)
         if len(calls) == 2:
             raise TTSError(ErrorCode.SHUTTING_DOWN, "The server is shutting down; retry on another instance.")
-        return chunk_events(chunk, output)
+        return chunk_events(chunk, *rest)
 
     monkeypatch.setattr(kokoro_tts.openai_api, "_chunk_events", failing_second)
     body = {"input": "Thanks for waiting. Your order shipped today.", "response_format": "pcm", "stream_format": "sse"}
