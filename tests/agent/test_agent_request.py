@@ -19,7 +19,7 @@ from voice_agent.settings import AgentSettings
         ({"prompt": "Hi", "speed": True}, "invalid_speed"),
         ({"prompt": "Hi", "speed": 0.4}, "invalid_speed"),
         ({"prompt": "Hi", "voice": 3}, "invalid_request"),
-        ({"prompt": "Hi", "format": "flac"}, "invalid_request"),
+        ({"prompt": "Hi", "format": "aiff"}, "invalid_request"),
     ],
 )
 def test_bad_requests(payload: Any, code: str) -> None:

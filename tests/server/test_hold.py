@@ -240,7 +240,7 @@ async def test_each_scheduler_job_is_one_phonemization_or_one_model_batch(server
     engine = server.engine
     await wait_idle(engine, 60)
     calls: list[tuple[str, int]] = []
-    stages, phonemes = engine.backend.stages, engine.phonemizer.phonemes
+    stages, spoken = engine.backend.stages, engine.phonemizer.spoken
     front, decode = stages.front, stages.decode
 
     def run_front(tokens: list[int], style: Any, speed: float) -> Any:
@@ -251,15 +251,15 @@ async def test_each_scheduler_job_is_one_phonemization_or_one_model_batch(server
         calls.append(("window", (prosody.frames if stop is None else stop) - start))
         return decode(prosody, start, stop)
 
-    def phonemize(text: str, lang: str) -> str:
+    def phonemize(text: str, lang: str) -> Any:
         calls.append(("text", len(text)))
-        return phonemes(text, lang)
+        return spoken(text, lang)
 
     jobs_before = engine.scheduler.started
     mp = pytest.MonkeyPatch()
     mp.setattr(stages, "front", run_front)
     mp.setattr(stages, "decode", run_window)
-    mp.setattr(engine.phonemizer, "phonemes", phonemize)
+    mp.setattr(engine.phonemizer, "spoken", phonemize)
     try:
         async with connect(server.ws_url) as ws:
             await ws.send(json.dumps({"text": "b" * 1200, "id": "word"}))  # one "word" of 1,200 letters

@@ -87,7 +87,7 @@ def test_every_format_through_the_official_client(client: openai.OpenAI, fmt: st
     assert_speech(*decode(b"".join(pieces), fmt), seconds=(0.6, 4.0))
 
 
-@pytest.mark.parametrize("fmt", ["mp3", "wav"])
+@pytest.mark.parametrize("fmt", FORMATS)
 def test_sse_through_the_official_client(client: openai.OpenAI, fmt: str) -> None:
     with client.audio.speech.with_streaming_response.create(
         model="gpt-4o-mini-tts", voice="nova", input=TEXT, response_format=fmt, stream_format="sse"
