@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import subprocess
 import sys
@@ -88,6 +89,19 @@ def server(model_dir: Path) -> Iterator[RunningServer]:
     yield running
     stop.set()
     thread.join(timeout=30)
+
+
+@pytest.fixture
+def tight_admission(server: RunningServer) -> Iterator[None]:
+    """The shared server refuses a new HTTP synthesis whose first audio would wait over 0.2 s (not 4 s): a burst a
+    few requests wide is past the bound on any machine."""
+    engine = server.engine
+    settings = engine.settings
+    engine.settings = dataclasses.replace(settings, max_first_audio_wait_s=0.2)
+    try:
+        yield
+    finally:
+        engine.settings = settings
 
 
 @pytest.fixture

@@ -8,9 +8,7 @@ on any machine; the agent's retry budget is short so the test stays short.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -23,17 +21,6 @@ pytestmark = pytest.mark.slow
 BUSY_RETRY_S = 3.0  # the agent's retry budget for a busy server
 IDLE_TIMEOUT_S = 20.0  # the agent's wait for owed audio: an accepted reply must never come near it
 BIDI, BATCH = 3, 8
-
-
-@pytest.fixture
-def tight_admission(server: Any) -> Iterator[None]:
-    engine = server.engine
-    settings = engine.settings
-    engine.settings = dataclasses.replace(settings, max_first_audio_wait_s=0.2)
-    try:
-        yield
-    finally:
-        engine.settings = settings
 
 
 def spoke_in_full(events: list[Event]) -> bool:

@@ -15,30 +15,14 @@ from typing import Any
 
 import httpx
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 from support.agent_fixtures import FAST, AgentServer, TCPProxy, agent_settings, invoke, make_model
+from support.scrape import scrape, value
 
 from scripts.servers import free_port
 from scripts.sse import post_sse
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]
-
-Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
-
-
-def scrape(url: str) -> Samples:
-    response = httpx.get(f"{url}/metrics", timeout=10)
-    assert response.status_code == 200 and response.headers["content-type"].startswith("text/plain")
-    return {
-        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
-        for family in text_string_to_metric_families(response.text)
-        for sample in family.samples
-    }
-
-
-def value(samples: Samples, name: str, **labels: str) -> float:
-    return samples.get((name, tuple(sorted(labels.items()))), 0.0)
 
 
 async def test_agent_metrics_move_with_prompts_errors_and_drops(server: Any) -> None:

@@ -4,26 +4,12 @@ refused at once with server_busy and a Retry-After; what is taken is spoken in f
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
-import pytest
 
 SENTENCE = "Admission control keeps the work it has taken on time, and says so at once when it cannot take more."
-
-
-@pytest.fixture
-def tight_admission(server: Any) -> Iterator[None]:
-    engine = server.engine
-    settings = engine.settings
-    engine.settings = dataclasses.replace(settings, max_first_audio_wait_s=0.2)
-    try:
-        yield
-    finally:
-        engine.settings = settings
 
 
 async def test_a_burst_past_the_bound_is_refused_at_once_with_retry_after(server: Any, tight_admission: None) -> None:

@@ -21,27 +21,11 @@ import pytest
 from kokoro_client import logs
 from kokoro_client.protocol import Close, Synthesize, encode
 from prometheus_client.parser import text_string_to_metric_families
+from support.scrape import scrape, value
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
 from scripts.servers import free_port, serve_command, wait_ready
-
-Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
-
-
-def scrape(base_url: str) -> Samples:
-    response = httpx.get(f"{base_url}/metrics", timeout=10)
-    assert response.status_code == 200
-    assert response.headers["content-type"].startswith("text/plain")
-    return {
-        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
-        for family in text_string_to_metric_families(response.text)
-        for sample in family.samples
-    }
-
-
-def value(samples: Samples, name: str, **labels: str) -> float:
-    return samples.get((name, tuple(sorted(labels.items()))), 0.0)
 
 
 async def speak_ws(ws_url: str, texts: list[str]) -> list[Any]:
