@@ -9,7 +9,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +17,7 @@ import pytest
 from support.agent_fixtures import FAST, AgentServer, TCPProxy, agent_settings, invoke, make_model
 from support.scrape import scrape, value
 
-from scripts.servers import free_port
+from scripts.servers import free_port, wait_ready
 from scripts.sse import post_sse
 
 pytestmark = pytest.mark.slow
@@ -130,14 +129,7 @@ def test_serve_writes_json_lines_with_the_invocation_ids(server: Any) -> None:
     process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     session = "obs-session-0123456789-0123456789-0123"
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert process.poll() is None and time.monotonic() < deadline, "the agent did not start"
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/ping", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                time.sleep(0.2)
+        wait_ready(f"http://127.0.0.1:{port}", process, timeout_s=60)
         response = httpx.post(
             f"http://127.0.0.1:{port}/invocations",
             json={"prompt": "hi", "mode": "x"},
@@ -177,14 +169,7 @@ def test_the_images_command_exports_one_trace_per_invocation() -> None:
         [*command, "--no-tts-check"], env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
     )
     try:
-        deadline = time.monotonic() + 90
-        while True:
-            assert process.poll() is None and time.monotonic() < deadline, "the agent did not start"
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/ping", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                time.sleep(0.3)
+        wait_ready(f"http://127.0.0.1:{port}", process, timeout_s=90)
         response = httpx.post(f"http://127.0.0.1:{port}/invocations", json={"prompt": "Hi"}, timeout=30)
         assert "tts_unavailable" in response.text, response.text
     finally:

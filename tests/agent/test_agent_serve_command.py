@@ -9,7 +9,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import time
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +17,7 @@ import pytest
 from conftest import REPO, make_dry_run
 from voice_agent.settings import ENVIRONMENT
 
-from scripts.servers import free_port
+from scripts.servers import free_port, wait_ready
 
 
 def voice_agent() -> str:
@@ -97,14 +96,7 @@ def test_each_log_line_is_printed_once(server: Any) -> None:
         text=True,
     )
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert process.poll() is None and time.monotonic() < deadline, "the agent did not start"
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/ping", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                time.sleep(0.2)
+        wait_ready(f"http://127.0.0.1:{port}", process, timeout_s=60)
         # A bad mode passes the body guard and reaches the SDK, which logs the request (its reply is an error event).
         response = httpx.post(f"http://127.0.0.1:{port}/invocations", json={"prompt": "hi", "mode": "x"}, timeout=10)
         assert response.status_code == 200 and "unknown_mode" in response.text, response.text
