@@ -25,6 +25,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from . import metrics
 from .audio import AudioFormat, audio_format, make_encoder, output_rate
 from .engine import AudioChunk, SpeechRequest, TTSEngine
+from .scheduler import Interrupted, unless
 
 log = logging.getLogger(__name__)
 
@@ -276,22 +277,13 @@ class _SynthesisResponse(StreamingResponse):
 
 async def _first_chunk(request: Request, chunks: AsyncGenerator[AudioChunk]) -> AudioChunk | None:
     """The first chunk, unless the client leaves first: then its synthesis is dropped and ``ClientGone`` raised."""
-    first = asyncio.ensure_future(anext(chunks, None))
-    gone = asyncio.ensure_future(_disconnected(request))
     try:
-        await asyncio.wait({first, gone}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        gone.cancel()
-        if not first.done():
-            first.cancel()
-        await asyncio.gather(first, gone, return_exceptions=True)
-    if first.cancelled():
+        return await unless(anext(chunks, None), _disconnected(request))
+    except Interrupted:
         await chunks.aclose()
         metrics.utterance_cancelled(metrics.route_of(request.url.path))
         log.info("a client left before its first audio chunk; its synthesis is dropped")
-        raise ClientGone
-    try:
-        return first.result()
+        raise ClientGone from None
     except TTSError:
         await chunks.aclose()
         raise

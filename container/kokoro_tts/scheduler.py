@@ -19,7 +19,7 @@ import heapq
 import itertools
 import math
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -63,6 +63,26 @@ class Limit:
             yield
         finally:
             self.release()
+
+
+class Interrupted(Exception):
+    """``unless``'s step did not finish: what it raced finished first."""
+
+
+async def unless[T](step: Awaitable[T], stop: Awaitable[object]) -> T:
+    """``step``'s result, or ``Interrupted`` as soon as ``stop`` finishes first (a cancel, a client gone): the step
+    is cancelled and awaited, so a stream's jobs not yet started are dropped rather than waited for."""
+    task, stopper = asyncio.ensure_future(step), asyncio.ensure_future(stop)
+    try:
+        await asyncio.wait({task, stopper}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopper.cancel()
+        if not task.done():
+            task.cancel()
+        await asyncio.gather(task, stopper, return_exceptions=True)
+    if task.cancelled():
+        raise Interrupted
+    return task.result()
 
 
 @dataclass(order=True)

@@ -45,6 +45,7 @@ from . import metrics
 from .audio import AudioFormat, audio_format, make_encoder, output_rate
 from .engine import SpeechRequest, TTSEngine
 from .hypercorn_hardening import OVERSIZE_KEY
+from .scheduler import Interrupted, unless
 
 log = logging.getLogger(__name__)
 
@@ -361,14 +362,8 @@ class BidiSession:
 
 async def _unless_stopped[T](step: Awaitable[T], utterance: Utterance) -> T | None:
     """``step``'s result, or None as soon as ``utterance`` is cancelled: a cancel does not wait for the window being
-    made (nor for one still queued behind other sessions' work); the stream's jobs not yet started are dropped."""
-    task = asyncio.ensure_future(step)
-    stop = asyncio.ensure_future(utterance.stopping.wait())
+    made (nor for one still queued behind other sessions' work)."""
     try:
-        await asyncio.wait({task, stop}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        stop.cancel()
-        if not task.done():
-            task.cancel()
-        await asyncio.gather(task, stop, return_exceptions=True)
-    return None if task.cancelled() else task.result()
+        return await unless(step, utterance.stopping.wait())
+    except Interrupted:
+        return None
