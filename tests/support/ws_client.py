@@ -74,3 +74,13 @@ def completes(n: int) -> Any:
         return len(seen) >= n
 
     return done
+
+
+async def assert_synthesis_stopped(scheduler: Any, started: int) -> None:
+    """After a client left (``started``: the scheduler's job count then), no job starts beyond the one in flight and
+    the look-ahead (the next window, or the next sentence's phonemes and first window)."""
+    await asyncio.sleep(3.0)  # time for several more sentences, had synthesis gone on
+    settled = scheduler.started
+    await asyncio.sleep(2.0)
+    assert scheduler.started == settled, "synthesis continued after the client left"
+    assert settled - started <= 3, "more jobs than the one in flight and the look-ahead"
