@@ -38,7 +38,7 @@ from .phonemes import Phonemizer, TokenBatch, clean_text_mapped
 from .scheduler import DeadlineScheduler, Limit
 from .settings import Settings
 from .text_chunks import split_utterance
-from .vocoder_windows import ChunkWindows, WindowPlan, decode_in_windows
+from .vocoder_windows import ChunkWindows, DecoderSpeed, WindowPlan, play_in_windows
 from .voices import Voice, VoiceBank
 from .word_timing import TextCursor, TimedWord, batch_words, timings
 
@@ -89,6 +89,9 @@ class TTSEngine:
         self.waiting = Limit("utterances waiting for their first audio", settings.max_waiting_first_chunks)
         self.http_streams = Limit("HTTP syntheses in flight", settings.max_http_streams)
         self.window_plan = WindowPlan()
+        # The decoder's speed, learnt from the windows of every stream: a new chunk's first window is planned from
+        # it (unknown until the warm-up has decoded one).
+        self.decoder_speed = DecoderSpeed()
         self._utterances = itertools.count(1)  # names each stream's jobs in the scheduler's history: "u7 window 2"
 
     @property
@@ -202,8 +205,7 @@ class TTSEngine:
                 return await self._batch_job(
                     index, text, batch, request, _Timing(cursor, made), due, f"{tag} batch {index}"
                 )
-            seconds_per_frame = decoding.seconds_per_frame if decoding else 0.0
-            decoding = _Decoding(text, batch, request, seconds_per_frame, _Timing(cursor, made))
+            decoding = _Decoding(text, batch, request, _Timing(cursor, made))
             return await self._window_job(index, decoding, due, f"{tag} window {index}")
 
         deadline = loop.time() if due is None else max(due, loop.time())
@@ -259,13 +261,13 @@ class TTSEngine:
                 ids = decoding.batch.ids
                 prosody = stages.front(ids, request.voice.style(len(ids)), request.speed)
                 decoding.windows = ChunkWindows(
-                    partial(stages.decode, prosody), prosody.frames, self.window_plan, decoding.seconds_per_frame
+                    partial(stages.decode, prosody), prosody.frames, self.window_plan, self.decoder_speed
                 )
                 decoding.words = batch_words(decoding.batch, prosody.durations, timing.cursor)
             windows = decoding.windows
-            decoding.seconds_per_frame = windows.seconds_per_frame
             # The loop's clock is time.monotonic: the seconds of audio still queued ahead of this window.
-            pcm = float_to_pcm16(windows.decode(windows.next_size(deadline - time.monotonic())))
+            size = windows.next_size(deadline - time.monotonic(), self.scheduler.share())
+            pcm = float_to_pcm16(windows.decode(size))
             # The words starting in this window (the last window takes the rest).
             ends = windows.start * SAMPLES_PER_FRAME if not windows.done else None
             words = [w for w in decoding.words if ends is None or w.start < ends]
@@ -288,7 +290,10 @@ class TTSEngine:
             style = request.voice.style(len(tokens))
             if self.windowed and (stages := self.backend.stages) is not None:
                 prosody = stages.front(tokens, style, request.speed)
-                pieces += decode_in_windows(partial(stages.decode, prosody), prosody.frames, self.window_plan)
+                windows = ChunkWindows(
+                    partial(stages.decode, prosody), prosody.frames, self.window_plan, self.decoder_speed
+                )
+                pieces += play_in_windows(windows)
             else:
                 pieces.append(self.backend.synthesize(tokens, style, request.speed))
         if not pieces:
@@ -307,11 +312,8 @@ class _Timing:
 class _Decoding:
     """A token batch being decoded window by window; its windows exist once the first job has run the front."""
 
-    def __init__(
-        self, text: str, batch: TokenBatch, request: SpeechRequest, seconds_per_frame: float, timing: _Timing
-    ) -> None:
+    def __init__(self, text: str, batch: TokenBatch, request: SpeechRequest, timing: _Timing) -> None:
         self.text, self.batch, self.request, self.timing = text, batch, request, timing
-        self.seconds_per_frame = seconds_per_frame  # the decoder's speed on the batch before, if any
         self.windows: ChunkWindows | None = None
         self.words: list[TimedWord] = []  # the batch's words not yet sent with a window
 

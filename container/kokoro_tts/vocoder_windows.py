@@ -1,24 +1,35 @@
 """Decode a chunk's audio window by window, so its first audio costs one short window, not the whole chunk.
 
-The vocoder is convolutional: the audio at aligned frame t depends on the decoder's inputs at frames
-t - LEFT_CONTEXT … t + RIGHT_CONTEXT (measured by perturbing one input frame: tests/test_vocoder_windows.py).
-Each window is decoded with that much context on each side and the context's audio is cut off. Two things
-in the graph are not local: every AdaIN layer normalises over the time axis it is given, and the int8 export
-quantizes each activation with a scale taken from the whole tensor. A window therefore sees slightly
-different statistics from the whole chunk; the windows overlap by ``crossfade`` frames and are cross-faded
-there, so any small difference in level between neighbours is spread over 25 ms instead of stepping at a
-sample. The harmonic source comes from the front for the whole chunk (stages.py), so its phase runs on.
+Only the vocoder's generator is windowed (the front has run the decoder's frame-rate blocks on the whole chunk:
+backends/stages.py). Each window is decoded with ``left_context`` / ``right_context`` frames of the features on each
+side and the context's audio is cut off. Two things in the graph are not local: every AdaIN layer normalises over
+the time axis it is given, and the int8 export quantizes each activation with a scale taken from the whole tensor.
+So no finite context is exact; the context was chosen by sweeping it against the whole-chunk audio (log-mel L1 over
+three voices: 12 left / 6 right frames is as close as 20 / 10 were when the whole decoder was windowed; fewer
+frames drift further: tests/server/test_vocoder_windows.py holds the bound). The windows overlap by ``crossfade``
+frames and are cross-faded there, so a small difference in level between neighbours is spread over 25 ms instead
+of stepping at a sample. The harmonic source comes from the front for the whole chunk, so its phase runs on.
 
-Window sizes are paced: after the first (small) window, each next window grows by ``growth`` at least, and more
-when it can still be decoded, context included, before the audio already yielded has played (at the decoder
-speed just measured): as few seams (and as little context recomputed) as playback allows. When even a
-first-sized window cannot beat playback (a loaded machine), the rest of the chunk goes in one window: one gap,
-at the least compute.
+Window sizes are planned so that playback, once started, never runs dry inside a chunk: a listener hearing
+"Thanks for —" then half a second of silence is worse off than one who waits 100 ms more for fluent speech. The
+first window is the smallest from ``first`` up after which the later windows, each the largest whose decoding
+(context included, at the speed learnt so far: ``DecoderSpeed``) ends within ``margin`` of the audio queued
+ahead of it, keep up (``first_size``). A chunk has few windows (``windows``: two, or one per 2.5 s of a longer
+chunk), because a short window also sounds less like the whole chunk: AdaIN normalises over the window, and a
+40-frame window's statistics are not the chunk's. Measured over 3 sentences x 3 voices, log-mel L1 against the
+whole-chunk audio: 2 windows 2.1 dB, 3 windows 3.2 dB, 4 windows 4.2 dB. The float generator does the same, so
+it is the normalisation, not the int8 rounding. With two windows the first is about 30 % of the chunk (its
+decoding must outlast the rest's). When not even that keeps up (a loaded machine), the first window is ``first``
+and the rest follows in one window: one gap, at the least compute. So it is under load: a stream whose windows
+take turns with k others' gets a k-th of the decoder (``share``), its first window stays ``first``, and its first
+audio comes as soon as the sessions ahead of it allow.
 """
 
 from __future__ import annotations
 
+import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -27,20 +38,74 @@ import numpy as np
 from .audio import SAMPLE_RATE
 from .backends.stages import SAMPLES_PER_FRAME
 
+FRAME_S = SAMPLES_PER_FRAME / SAMPLE_RATE  # seconds of audio per aligned frame
 Decode = Callable[[int, int], np.ndarray]  # audio for aligned frames [start, stop)
+
+
+class DecoderSpeed:
+    """What decoding a window costs, learnt from the windows decoded last: a fixed cost per call (measured: ~30 ms
+    for the int8 generator's 1,600 nodes on 2 cores) plus a cost per frame, fitted by least squares; in proportion
+    to the frames alone until two window sizes have been seen. Empty (``known`` False) until the first window."""
+
+    SAMPLES = 16  # the latest windows the fit uses: recent enough to follow the machine's load
+
+    def __init__(self) -> None:
+        self._samples: deque[tuple[int, float]] = deque(maxlen=self.SAMPLES)
+        self._lock = threading.Lock()  # the engine's workers share one
+        self._line = (0.0, 0.0)  # fitted at each ``add``: planning a window reads it many times
+
+    @property
+    def known(self) -> bool:
+        return bool(self._samples)
+
+    def add(self, frames: int, seconds: float) -> None:
+        with self._lock:
+            self._samples.append((frames, seconds))
+            n = np.array([f for f, _ in self._samples], dtype=np.float64)
+            t = np.array([s for _, s in self._samples], dtype=np.float64)
+        line = (0.0, float(t.sum() / max(n.sum(), 1.0)))
+        if np.ptp(n) > 0:
+            per_frame, fixed = np.polyfit(n, t, 1)
+            if per_frame > 0 and fixed >= 0:
+                line = (float(fixed), float(per_frame))
+        self._line = line
+
+    def line(self) -> tuple[float, float]:
+        """(fixed seconds per call, seconds per frame)."""
+        return self._line
+
+    def cost(self, frames: int) -> float:
+        fixed, per_frame = self.line()
+        return fixed + per_frame * frames
+
+    def frames_within(self, seconds: float) -> int:
+        """The most frames one call decodes within ``seconds``."""
+        fixed, per_frame = self.line()
+        return int((seconds - fixed) / max(per_frame, 1e-6))
 
 
 @dataclass(frozen=True)
 class WindowPlan:
     """Window sizes in aligned frames (25 ms each) and the context decoded around each window."""
 
-    first: int = 12  # 300 ms: the first audio waits for this window only
-    growth: float = 4.0  # each later window this many times the one before...
+    first: int = 8  # 200 ms: the smallest first window (the first audio waits for this window only)
+    growth: float = 4.0  # unpaced (``bounds``): each later window this many times the one before...
     largest: int = 400  # ...up to 10 s, so a long chunk still yields audio steadily
-    left_context: int = 20
-    right_context: int = 10
+    left_context: int = 12
+    right_context: int = 6
     crossfade: int = 1
-    margin: float = 0.7  # a paced window must be done within this share of the audio queued ahead of it
+    margin: float = 0.85  # a paced window must be done within this share of the audio queued ahead of it
+    least: int = 4  # a paced window smaller than this could not keep up: the context would cost more than its audio
+    frames_per_window: int = 100  # a chunk has at most one window per 2.5 s, two at least: the module docstring
+
+    def windows(self, frames: int) -> int:
+        """The most windows a chunk of ``frames`` is decoded in (the last takes the rest)."""
+        return max(2, frames // self.frames_per_window)
+
+    @property
+    def context(self) -> int:
+        """Frames decoded for a window beside its own (both contexts and the crossfade)."""
+        return self.left_context + self.right_context + self.crossfade
 
     def stop(self, start: int, size: int, frames: int) -> int:
         """End of the window of ``size`` frames from ``start``; a tail shorter than a first window (or the
@@ -58,15 +123,52 @@ class WindowPlan:
             start, size = stop, min(self.largest, int(size * self.growth))
         return windows
 
-    def paced_size(self, queued_s: float, seconds_per_frame: float, previous: int) -> int:
-        """The next window's size: the largest whose decoding, context included, ends within ``margin`` of the
-        ``queued_s`` seconds of audio not yet played, but at least ``growth`` times the previous window (fewer,
-        longer windows are closer to the whole chunk); ``largest`` when not even a first-sized one would fit."""
-        context = self.left_context + self.right_context + self.crossfade
-        size = int(self.margin * queued_s / max(seconds_per_frame, 1e-6)) - context
-        if size < self.first:
-            return self.largest
-        return min(self.largest, max(size, int(previous * self.growth)))
+    def paced_size(self, queued_s: float, speed: DecoderSpeed, share: float = 1.0) -> int:
+        """The largest window whose decoding, context included, ends within ``margin`` of the ``queued_s`` seconds
+        of audio not yet played (at most ``largest``); 0 when not even ``least`` frames would. ``share``: how many
+        streams' windows the decoder takes in turn (each of them waits for the others')."""
+        size = speed.frames_within(self.margin * queued_s / share) - self.context
+        return 0 if size < self.least else min(self.largest, size)
+
+    def paced_cost(
+        self, first: int, frames: int, speed: DecoderSpeed, queued_s: float = 0.0, share: float = 1.0
+    ) -> int | None:
+        """Frames decoded in all (context included) when a first window of ``first`` frames is followed by paced
+        windows; None when those cannot keep up: playback, from the first window on, would run dry inside the
+        chunk (``queued_s``: audio still to play when the first window starts decoding)."""
+        start = self.stop(0, first, frames)
+        lo, hi = self.span(0, start, frames)
+        queued, decoded = max(0.0, queued_s - share * speed.cost(hi - lo)) + start * FRAME_S, hi - lo
+        count = 1
+        while start < frames:
+            if not (size := self.paced_size(queued, speed, share)) or (
+                count + 1 >= self.windows(frames) and size < frames - start
+            ):
+                return None
+            stop, count = self.stop(start, size, frames), count + 1
+            lo, hi = self.span(start, stop, frames)
+            queued += (stop - start) * FRAME_S - share * speed.cost(hi - lo)
+            start, decoded = stop, decoded + hi - lo
+        return decoded
+
+    def first_size(self, frames: int, speed: DecoderSpeed, queued_s: float = 0.0, share: float = 1.0) -> int:
+        """The first window: the largest that fits the audio queued ahead when paced windows keep up after it; else
+        the smallest from ``first`` up after which they do (``paced_cost``), or up to a quarter larger when that
+        saves decoding (fewer windows, less context); ``first`` when none up to half the chunk keeps up, or while
+        the speed is unknown."""
+        if not speed.known:
+            return self.first
+        fits = self.paced_size(queued_s, speed, share)
+        if fits >= self.first and self.paced_cost(fits, frames, speed, queued_s, share) is not None:
+            return fits
+        for smallest in range(self.first, max(self.first, frames // 2) + 1):  # more than half: hardly windowed
+            if self.paced_cost(smallest, frames, speed, queued_s, share) is not None:
+                break
+        else:
+            return self.first
+        larger = range(smallest, smallest * 5 // 4 + 1)
+        costs = {size: self.paced_cost(size, frames, speed, queued_s, share) for size in larger}
+        return min((cost, size) for size, cost in costs.items() if cost is not None)[1]
 
     def decoded_frames(self, frames: int) -> int:
         """Frames the decoder runs on in all, context included (the cost of windowing)."""
@@ -89,7 +191,7 @@ class ChunkWindows:
         decode: Decode,
         frames: int,
         plan: WindowPlan,
-        seconds_per_frame: float = 0.0,
+        speed: DecoderSpeed | None = None,
         clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         self._decode, self.frames, self.plan, self._clock = decode, frames, plan, clock
@@ -97,22 +199,24 @@ class ChunkWindows:
         self._ramp = (np.arange(fade, dtype=np.float32) + 0.5) / fade if fade else np.zeros(0, np.float32)
         self._held = np.zeros(0, dtype=np.float32)  # the previous window's overhang
         self.start = 0  # the first aligned frame not yet decoded
-        self.last_size = 0  # frames in the window decoded last
-        # The decoder's speed on the last window, context included (0: not measured yet; a later chunk of the same
-        # utterance starts from the one before's).
-        self.seconds_per_frame = seconds_per_frame
+        self.count = 0  # windows decoded so far
+        # The decoder's speed, learnt from every window decoded (the engine shares one across its streams, so a
+        # chunk's first window is planned from the windows before it).
+        self.speed = speed if speed is not None else DecoderSpeed()
         self.decoded = 0  # frames the decoder ran on so far, context included
 
     @property
     def done(self) -> bool:
         return self.start >= self.frames
 
-    def next_size(self, queued_s: float) -> int:
-        """The next window's size when ``queued_s`` seconds of audio are still to play ahead of it: a first window
-        while the decoder's speed is unknown, else paced (``WindowPlan.paced_size``)."""
-        if not self.seconds_per_frame:
-            return self.plan.first
-        return self.plan.paced_size(queued_s, self.seconds_per_frame, self.last_size)
+    def next_size(self, queued_s: float, share: float = 1.0) -> int:
+        """The next window's size when ``queued_s`` seconds of audio are still to play ahead of it: the first
+        window by ``WindowPlan.first_size``, the later ones paced (``WindowPlan.paced_size``)."""
+        if not self.start:
+            return self.plan.first_size(self.frames, self.speed, queued_s, share)
+        if self.count + 1 >= self.plan.windows(self.frames):
+            return self.frames - self.start  # the last window: the rest
+        return self.plan.paced_size(queued_s, self.speed, share) or self.plan.largest  # behind: the rest at once
 
     def decode(self, size: int) -> np.ndarray:
         """Audio of the next window of about ``size`` frames (a short tail is merged in: ``WindowPlan.stop``)."""
@@ -121,7 +225,7 @@ class ChunkWindows:
         lo, hi = plan.span(start, stop, self.frames)
         began = self._clock()
         audio = self._decode(lo, hi)
-        self.seconds_per_frame = (self._clock() - began) / (hi - lo)
+        self.speed.add(hi - lo, self._clock() - began)
         self.decoded += hi - lo
         keep_to = min(stop + plan.crossfade, self.frames)
         piece = audio[(start - lo) * SAMPLES_PER_FRAME : (keep_to - lo) * SAMPLES_PER_FRAME].copy()
@@ -130,7 +234,7 @@ class ChunkWindows:
             piece[: held.size] = held * (1.0 - ramp[: held.size]) + piece[: held.size] * ramp[: held.size]
         cut = (stop - start) * SAMPLES_PER_FRAME
         self._held = piece[cut:]
-        self.start, self.last_size = stop, stop - start
+        self.start, self.count = stop, self.count + 1
         return piece[:cut]
 
 
@@ -140,16 +244,23 @@ def decode_in_windows(
     plan: WindowPlan,
     paced: bool = True,
     clock: Callable[[], float] = time.perf_counter,
+    speed: DecoderSpeed | None = None,
 ) -> Iterator[np.ndarray]:
     """Yield the chunk's audio window by window; joined, the pieces are as long as the whole chunk's audio.
-    ``paced``: size windows by the decoder's measured speed (module docstring), playback starting with the first
-    window; else ``plan.bounds``."""
-    windows = ChunkWindows(decode, frames, plan, clock=clock)
-    fixed = iter(plan.bounds(frames))
+    ``paced``: size windows by the decoder's measured speed (module docstring; ``speed``: what was learnt on
+    chunks before, for the first window), playback starting with the first window; else ``plan.bounds``."""
+    return play_in_windows(ChunkWindows(decode, frames, plan, speed, clock), paced, clock)
+
+
+def play_in_windows(
+    windows: ChunkWindows, paced: bool = True, clock: Callable[[], float] = time.perf_counter
+) -> Iterator[np.ndarray]:
+    """``decode_in_windows`` on windows the caller has made."""
+    fixed = iter(windows.plan.bounds(windows.frames))
     yielded_s, playing_since = 0.0, 0.0
     while not windows.done:
         if paced:
-            size = windows.next_size(yielded_s - (clock() - playing_since))
+            size = windows.next_size(yielded_s - (clock() - playing_since) if yielded_s else 0.0)
         else:
             start, stop = next(fixed)
             size = stop - start

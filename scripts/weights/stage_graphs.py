@@ -1,7 +1,7 @@
 """Derive the two stage graphs (backends/stages.py) from the shipped export, as ``make weights`` does.
 
-``kokoro-weights derive-stages`` writes DEST/kokoro-front.onnx and DEST/kokoro-decoder.onnx with onnx's own
-extractor and lists them in the manifest with their checksums, like the derived torch weights (derive.py).
+``kokoro-weights derive-stages`` writes DEST/kokoro-stage-front.onnx and DEST/kokoro-stage-generator.onnx with
+onnx's own extractor and lists them in the manifest with their checksums, like the derived torch weights (derive.py).
 onnx is needed here only, at build time; the server runs the derived files with onnxruntime alone.
 """
 
@@ -17,11 +17,9 @@ from kokoro_tts.weights.layout import DECODER_GRAPH, FRONT_GRAPH, MANIFEST, Mani
 
 from .transfer import write_atomic
 
-# Where the shipped export (PyTorch module names kept) makes the decoder's inputs.
+# Where the shipped export (PyTorch module names kept) makes the generator's inputs, and the durations.
 CUT = {
-    "asr": "/encoder/MatMul_1_output_0",
-    "f0": "/encoder/Reshape_output_0",
-    "energy": "/encoder/Reshape_1_output_0",
+    "features": "/decoder/decoder/decode.3/Div_4_output_0",  # the last frame-rate block's output
     "durations": "/encoder/Clip_output_0",
     "harmonics": "/decoder/decoder/generator/Concat_3_output_0",
 }

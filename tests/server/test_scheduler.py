@@ -77,5 +77,22 @@ async def test_admission_estimates_the_wait_from_the_queue_and_the_measured_job_
     assert scheduler.expected_wait_s() == pytest.approx(0.75, abs=0.05)  # cancelled jobs are not waited for
 
 
+async def test_share_counts_the_jobs_taking_turns_on_each_worker() -> None:
+    # A stream keeps one job queued or running: with k of them per worker, each gets a k-th of it (vocoder_windows
+    # plans a window from that share of the decoder's speed).
+    scheduler = DeadlineScheduler(workers=2)  # not started: the jobs stay queued
+    assert scheduler.share() == 1.0
+    queued = [asyncio.create_task(scheduler.run(lambda: None, deadline=0)) for _ in range(5)]
+    await asyncio.sleep(0)
+    assert scheduler.share() == 2.5
+    queued[0].cancel()
+    await asyncio.gather(queued[0], return_exceptions=True)
+    assert scheduler.share() == 2.0  # a cancelled job takes no turn
+    for task in queued[1:]:
+        task.cancel()
+    await asyncio.gather(*queued, return_exceptions=True)
+    assert scheduler.share() == 1.0
+
+
 def test_before_any_job_is_measured_a_job_is_assumed_to_take_a_cpu_windows_time() -> None:
     assert DeadlineScheduler().mean_job_s() == UNMEASURED_JOB_S

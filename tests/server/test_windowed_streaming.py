@@ -22,7 +22,7 @@ LONG_SENTENCE = (
     "slowly toward the pier and the people waiting there pulled their coats tighter against the wind"
 )
 # Small, fixed windows: many jobs per sentence whatever this machine's speed (pacing is the vocoder's own test).
-PLAN = WindowPlan(first=12, growth=2.0, largest=48)
+PLAN = WindowPlan(first=12, growth=2.0, largest=48, frames_per_window=12)
 
 
 @pytest.fixture

@@ -1,13 +1,16 @@
-"""Kokoro in two stages: the prosody front (cheap) and the vocoder decoder (about 90 % of the time).
+"""Kokoro in two stages: the front (cheap) and the vocoder's generator (about 90 % of the time).
 
-The shipped ONNX export is one graph, tokens → audio. Cut where the decoder's inputs are made, it becomes:
+The shipped ONNX export is one graph, tokens → audio. Cut where the decoder's generator (the iSTFTNet upsampler)
+takes its inputs, it becomes:
 
-- **front**: tokens, style, speed → aligned features ``asr`` (1, 512, T), ``f0`` and ``energy`` (1, 2T),
-  the predicted ``durations`` per token (frames, padding tokens included) and ``harmonics`` (1, 22, 120T + 1):
-  the STFT of the harmonic source the vocoder mixes in. The source is a sine bank whose phase integrates F0
-  from the start of the chunk, so it is made here, once for the whole chunk: a window of the decoder then
+- **front**: tokens, style, speed → ``features`` (1, 512, 2T): the decoder's frame-rate blocks run on the whole
+  chunk (7 % of the decoder's time: their AdaIN statistics are the whole chunk's, as in the monolithic graph);
+  the predicted ``durations`` per token (frames, padding tokens included); and ``harmonics`` (1, 22, 120T + 1):
+  the STFT of the harmonic source the generator mixes in. The source is a sine bank whose phase integrates F0
+  from the start of the chunk, so it is made here, once for the whole chunk: a window of the generator then
   takes its slice and its phase carries on across windows instead of restarting at zero.
-- **decoder**: asr, f0, energy, harmonics, style → audio (600 samples per aligned frame at 24 kHz).
+- **decoder**: the generator alone: features, harmonics, style → audio (600 samples per aligned frame at 24 kHz).
+  Windowing only this part needs less context per window than windowing the whole decoder did (vocoder_windows.py).
 
 The export has no random nodes (its sine generator draws no random initial phase and adds no noise), so the
 two stages on a whole chunk reproduce the monolithic graph bit for bit (tests/test_stages.py).
@@ -25,34 +28,30 @@ import numpy as np
 import onnxruntime as ort
 
 SAMPLES_PER_FRAME = 600  # audio samples per aligned frame (25 ms at 24 kHz)
-F0_PER_FRAME = 2  # F0 and energy run at twice the aligned frame rate
+FEATURES_PER_FRAME = 2  # the generator's input runs at twice the aligned frame rate (F0's rate)
 HARMONIC_PER_FRAME = 120  # STFT frames of the harmonic source per aligned frame (hop 5 samples)
 
-FRONT_OUTPUTS = ("asr", "f0", "energy", "durations", "harmonics")
-DECODER_INPUTS = ("asr", "f0", "energy", "harmonics", "style")
+FRONT_OUTPUTS = ("features", "durations", "harmonics")
+DECODER_INPUTS = ("features", "harmonics", "style")
 
 
 @dataclass(frozen=True)
 class Prosody:
     """The front's output for one chunk: everything the decoder needs, for every aligned frame."""
 
-    asr: np.ndarray  # (1, 512, T)
-    f0: np.ndarray  # (1, 2T)
-    energy: np.ndarray  # (1, 2T)
+    features: np.ndarray  # (1, 512, 2T)
     durations: np.ndarray  # (n_tokens + 2,) frames per token
     harmonics: np.ndarray  # (1, 22, 120T + 1)
     style: np.ndarray  # (1, 256)
 
     @property
     def frames(self) -> int:
-        return int(self.asr.shape[-1])
+        return int(self.features.shape[-1]) // FEATURES_PER_FRAME
 
     def window(self, start: int, stop: int) -> dict[str, np.ndarray]:
-        """The decoder's feeds for aligned frames [start, stop)."""
+        """The generator's feeds for aligned frames [start, stop)."""
         return {
-            "asr": self.asr[:, :, start:stop],
-            "f0": self.f0[:, F0_PER_FRAME * start : F0_PER_FRAME * stop],
-            "energy": self.energy[:, F0_PER_FRAME * start : F0_PER_FRAME * stop],
+            "features": self.features[:, :, FEATURES_PER_FRAME * start : FEATURES_PER_FRAME * stop],
             "harmonics": self.harmonics[:, :, HARMONIC_PER_FRAME * start : HARMONIC_PER_FRAME * stop + 1],
             "style": self.style,
         }
@@ -83,8 +82,8 @@ class OnnxStages:
             "style": style,
             "speed": np.array([speed], dtype=np.float32),
         }
-        asr, f0, energy, durations, harmonics = self._front.run(list(FRONT_OUTPUTS), feeds)
-        return Prosody(asr, f0, energy, np.asarray(durations).reshape(-1), harmonics, style)
+        features, durations, harmonics = self._front.run(list(FRONT_OUTPUTS), feeds)
+        return Prosody(features, np.asarray(durations).reshape(-1), harmonics, style)
 
     def decode(self, prosody: Prosody, start: int = 0, stop: int | None = None) -> np.ndarray:
         """Audio for aligned frames [start, stop) decoded on their own (no context: see vocoder_windows.py)."""

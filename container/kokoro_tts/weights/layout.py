@@ -5,8 +5,9 @@ ROOT/config.json         Kokoro's config.json ("vocab": phoneme → token id)
 ROOT/kokoro.onnx         the ONNX model
 ROOT/kokoro-v1_0.pth     optional torch weights (Hugging Face)
 ROOT/kokoro-v1_0-int8-derived.pth  optional torch weights derived from kokoro.onnx (`derive-torch`)
-ROOT/kokoro-front.onnx   optional: the prosody front cut from kokoro.onnx (`derive-stages`)
-ROOT/kokoro-decoder.onnx optional: the vocoder decoder cut from kokoro.onnx (`derive-stages`)
+ROOT/kokoro-stage-front.onnx      optional: the front (prosody and the decoder's frame-rate blocks) cut from
+                                  kokoro.onnx (`derive-stages`)
+ROOT/kokoro-stage-generator.onnx  optional: the vocoder's generator cut from kokoro.onnx (`derive-stages`)
 ROOT/voices/<name>.bin   voice packs: little-endian float32, 510 × 256
 ROOT/manifest.json       {"model", "source", "files": {path: {"sha256", "bytes"}}}, written last
 ```
@@ -31,8 +32,10 @@ CONFIG = "config.json"
 ONNX = "kokoro.onnx"
 TORCH = "kokoro-v1_0.pth"
 DERIVED_TORCH = "kokoro-v1_0-int8-derived.pth"
-FRONT_GRAPH = "kokoro-front.onnx"
-DECODER_GRAPH = "kokoro-decoder.onnx"
+# Named apart from the first cut's kokoro-front.onnx / kokoro-decoder.onnx (whole decoder windowed), which a layout
+# derived before may still hold: those graphs have other inputs.
+FRONT_GRAPH = "kokoro-stage-front.onnx"
+DECODER_GRAPH = "kokoro-stage-generator.onnx"
 VOICES = "voices"
 MANIFEST = "manifest.json"
 
@@ -54,7 +57,7 @@ VOICE_NAMES: tuple[str, ...] = (
 
 # The only relative paths a manifest may name: nothing can point outside the layout.
 _PATH_RE = re.compile(
-    rf"^(?:config\.json|kokoro\.onnx|kokoro-v1_0\.pth|kokoro-v1_0-int8-derived\.pth|kokoro-(?:front|decoder)\.onnx|{VOICES}/[A-Za-z0-9_]+\.bin)$"
+    rf"^(?:config\.json|kokoro\.onnx|kokoro-v1_0\.pth|kokoro-v1_0-int8-derived\.pth|kokoro-(?:front|decoder|stage-front|stage-generator)\.onnx|{VOICES}/[A-Za-z0-9_]+\.bin)$"
 )
 _SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 CHUNK = 1 << 20
