@@ -9,7 +9,8 @@ Locally, with a second server whose windowed vocoding is switched off (KOKORO_WI
 it ("bidi, windowing off"), interleaved, for the side-by-side "first sentence exists → its first audio". Then one
 bidi reply per server is heard to its end to count underruns: a player that starts at the first audio chunk and
 plays each chunk as it arrives runs dry (count, and the silence in all) whenever a chunk comes after the audio
-before it has finished playing.
+before it has finished playing; an underrun during which the LLM had not yet written the next sentence is told
+apart from the TTS's own.
 
 The pipeline is another module's work: it is looked up at run time, and when it is missing (or its interface is not
 the one expected) the section says "not measured" and the run goes on.
@@ -90,12 +91,26 @@ def _scripted_source(model: Any, prompt: str) -> Callable[[threading.Event], Asy
 def underruns(chunks: list[tuple[float, float]]) -> tuple[int, float]:
     """(times, ms of silence in all) a player runs dry after it started: ``chunks`` are (arrival ms, audio ms)
     in order, the player starting at the first and playing each one as soon as it has both it and the time."""
-    count, silence, played_until = 0, 0.0, None
-    for arrived, audio_ms in chunks:
+    gaps = _gaps(chunks)
+    return len(gaps), sum(gap for _, gap in gaps)
+
+
+def _gaps(chunks: list[tuple[float, float]]) -> list[tuple[int, float]]:
+    """(index of the chunk that ended it, ms) per underrun of ``underruns``' player."""
+    gaps, played_until = [], None
+    for i, (arrived, audio_ms) in enumerate(chunks):
         if played_until is not None and arrived > played_until:
-            count, silence = count + 1, silence + arrived - played_until
+            gaps.append((i, arrived - played_until))
         played_until = max(arrived, played_until or arrived) + audio_ms
-    return count, silence
+    return gaps
+
+
+def llm_underruns(chunks: list[tuple[float, float]], written: list[float | None]) -> tuple[int, float]:
+    """The underruns of ``underruns`` during which the LLM had not yet written the text the player waited for:
+    ``written[i]``, when chunk i's sentence was complete (ms, None: an earlier one's). No TTS can speak those
+    sooner; the others are the TTS's."""
+    gaps = [(i, gap) for i, gap in _gaps(chunks) if (w := written[i]) is not None and w > chunks[i][0] - gap]
+    return len(gaps), sum(gap for _, gap in gaps)
 
 
 def _audio_ms(event: dict[str, Any]) -> float | None:
@@ -115,16 +130,20 @@ async def _one(pipeline: ModuleType, mode: str, channel: Any, settle: Settle | N
     first_sentence = first_audio = None
     metrics: dict[str, Any] = {}
     chunks: list[tuple[float, float]] = []
+    sentences: dict[int, float] = {}  # sentence index → when the LLM completed it
+    written: list[float | None] = []  # per chunk: its sentence's completion when it is that sentence's first chunk
     measurable = True
     async with aclosing(events) as stream:  # closing it cancels the LLM and hangs up the TTS
         async for event in stream:
             kind, t_ms = event["type"], float(event["t_ms"])
-            if kind == "sentence" and first_sentence is None:
-                first_sentence = t_ms
+            if kind == "sentence":
+                sentences.setdefault(int(event["index"]), t_ms)
+                first_sentence = t_ms if first_sentence is None else first_sentence
             elif kind == "audio_chunk":
                 audio_ms = _audio_ms(event)
                 measurable = measurable and audio_ms is not None
                 chunks.append((t_ms, audio_ms or 0.0))
+                written.append(sentences.pop(int(event.get("sentence", -1)), None))
                 if first_audio is None:
                     first_audio = t_ms
                     if settle is not None:
@@ -146,6 +165,7 @@ async def _one(pipeline: ModuleType, mode: str, channel: Any, settle: Settle | N
     }
     if settle is None and measurable:
         row["underruns"], row["underrun_ms"] = underruns(chunks)
+        row["waiting_for_llm"], row["waiting_for_llm_ms"] = llm_underruns(chunks, written)
     return row
 
 
@@ -221,7 +241,11 @@ def _summary(target: TTSTarget, trials: int, runs: dict[str, list[Row]], heard: 
         )
     for row in heard:
         if "underruns" in row:
-            headline += f"; {row['mode']} heard to its end: {row['underruns']} underrun(s), {row['underrun_ms']:.0f} ms"
+            headline += (
+                f"; {row['mode']} heard to its end: {row['underruns']} underrun(s), {row['underrun_ms']:.0f} ms "
+                f"({row['underruns'] - row['waiting_for_llm']} the TTS's, {row['waiting_for_llm']} waiting for the "
+                "LLM's next sentence)"
+            )
     return Section(
         headline,
         {
