@@ -38,7 +38,7 @@ from .phonemes import Phonemizer, TokenBatch, clean_text_mapped
 from .scheduler import DeadlineScheduler, Limit
 from .settings import Settings
 from .text_chunks import split_utterance
-from .vocoder_windows import ChunkWindows, DecoderSpeed, WindowPlan, play_in_windows
+from .vocoder_windows import ChunkWindows, DecoderSpeed, WindowPlan, decode_in_windows
 from .voices import Voice, VoiceBank
 from .word_timing import TextCursor, TimedWord, batch_words, timings
 
@@ -290,10 +290,9 @@ class TTSEngine:
             style = request.voice.style(len(tokens))
             if self.windowed and (stages := self.backend.stages) is not None:
                 prosody = stages.front(tokens, style, request.speed)
-                windows = ChunkWindows(
-                    partial(stages.decode, prosody), prosody.frames, self.window_plan, self.decoder_speed
+                pieces += decode_in_windows(
+                    partial(stages.decode, prosody), prosody.frames, self.window_plan, speed=self.decoder_speed
                 )
-                pieces += play_in_windows(windows)
             else:
                 pieces.append(self.backend.synthesize(tokens, style, request.speed))
         if not pieces:

@@ -170,10 +170,6 @@ class WindowPlan:
         costs = {size: self.paced_cost(size, frames, speed, queued_s, share) for size in larger}
         return min((cost, size) for size, cost in costs.items() if cost is not None)[1]
 
-    def decoded_frames(self, frames: int) -> int:
-        """Frames the decoder runs on in all, context included (the cost of windowing)."""
-        return sum(hi - lo for lo, hi in (self.span(start, stop, frames) for start, stop in self.bounds(frames)))
-
     def span(self, start: int, stop: int, frames: int) -> tuple[int, int]:
         """The frames decoded for window [start, stop): the window, the crossfade, and the context."""
         return max(0, start - self.left_context), min(frames, stop + self.crossfade + self.right_context)
@@ -203,7 +199,6 @@ class ChunkWindows:
         # The decoder's speed, learnt from every window decoded (the engine shares one across its streams, so a
         # chunk's first window is planned from the windows before it).
         self.speed = speed if speed is not None else DecoderSpeed()
-        self.decoded = 0  # frames the decoder ran on so far, context included
 
     @property
     def done(self) -> bool:
@@ -226,7 +221,6 @@ class ChunkWindows:
         began = self._clock()
         audio = self._decode(lo, hi)
         self.speed.add(hi - lo, self._clock() - began)
-        self.decoded += hi - lo
         keep_to = min(stop + plan.crossfade, self.frames)
         piece = audio[(start - lo) * SAMPLES_PER_FRAME : (keep_to - lo) * SAMPLES_PER_FRAME].copy()
         held, ramp = self._held, self._ramp
@@ -249,14 +243,8 @@ def decode_in_windows(
     """Yield the chunk's audio window by window; joined, the pieces are as long as the whole chunk's audio.
     ``paced``: size windows by the decoder's measured speed (module docstring; ``speed``: what was learnt on
     chunks before, for the first window), playback starting with the first window; else ``plan.bounds``."""
-    return play_in_windows(ChunkWindows(decode, frames, plan, speed, clock), paced, clock)
-
-
-def play_in_windows(
-    windows: ChunkWindows, paced: bool = True, clock: Callable[[], float] = time.perf_counter
-) -> Iterator[np.ndarray]:
-    """``decode_in_windows`` on windows the caller has made."""
-    fixed = iter(windows.plan.bounds(windows.frames))
+    windows = ChunkWindows(decode, frames, plan, speed, clock)
+    fixed = iter(plan.bounds(frames))
     yielded_s, playing_since = 0.0, 0.0
     while not windows.done:
         if paced:
