@@ -83,7 +83,7 @@ class TTSEngine:
         self.backend = backend
         self.voices = voices
         self.phonemizer = phonemizer
-        self.scheduler = DeadlineScheduler(settings.workers)
+        self.scheduler = DeadlineScheduler(backend.parallel_jobs)
         # Server-wide caps: past them a client reads server_busy at once, never a queue minutes long.
         self.sessions = Limit("WebSocket sessions", settings.max_sessions)
         self.waiting = Limit("utterances waiting for their first audio", settings.max_waiting_first_chunks)

@@ -3,7 +3,9 @@
 Each job carries the time by which its audio is needed: a new utterance's first chunk is needed now; a later
 chunk is needed when the audio already sent will have finished playing. So a long reply, whose next chunk has
 seconds of slack, never holds back another session's first chunk, and no session starves: deadlines age.
-Jobs run in a thread pool, so the event loop stays free for /ping and new connections.
+Jobs run in a thread pool, so the event loop stays free for /ping and new connections. With several workers a job
+runs alone, on every core, when nothing else runs or waits, and the others wait for it; when jobs wait, they run
+side by side, a share of the cores each (backends/threads.py).
 
 Admission (``admit``): work already accepted must still meet its deadlines, so new work is refused with
 ``server_busy`` at once when the jobs queued ahead of it would keep its first audio waiting too long. Each active
@@ -26,6 +28,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kokoro_client.errors import ErrorCode, TTSError
+
+from .backends.threads import run_as
 
 # A refused client is told to come back after this long at least (HTTP Retry-After), and at most after the longest.
 MIN_RETRY_AFTER_S = 1
@@ -116,6 +120,8 @@ class DeadlineScheduler:
         self._heap: list[_Job] = []
         self._seq = itertools.count()
         self._ready = asyncio.Event()
+        self._shareable = asyncio.Event()  # clear while a job runs alone
+        self._shareable.set()
         self._tasks: list[asyncio.Task[None]] = []
         self.started = 0  # jobs handed to a worker thread so far
         self.running = 0  # jobs in a worker thread now
@@ -177,15 +183,22 @@ class DeadlineScheduler:
             while not self._heap:
                 self._ready.clear()
                 await self._ready.wait()
+            await self._shareable.wait()  # a job running alone has every core: the next one waits for it
+            if not self._heap:
+                continue
             job = heapq.heappop(self._heap)
             if job.future.done():  # its caller went away before its turn
                 continue
+            # Alone (every core: threads.py) when nothing else runs or waits; side by side otherwise.
+            alone = self._workers > 1 and not self.running and not self.pending
+            if alone:
+                self._shareable.clear()
             self.started += 1
             self.running += 1
             record = JobRecord(job.label, job.deadline, loop.time())
             self.history.append(record)
             try:
-                result = await loop.run_in_executor(self._executor, job.fn)
+                result = await loop.run_in_executor(self._executor, run_as, job.fn, alone or self._workers == 1)
             except Exception as exc:  # handed to the caller, who decides what the client reads
                 if not job.future.done():
                     job.future.set_exception(exc)
@@ -195,3 +208,5 @@ class DeadlineScheduler:
             finally:
                 record.finished = loop.time()
                 self.running -= 1
+                if alone:
+                    self._shareable.set()

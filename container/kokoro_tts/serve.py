@@ -42,7 +42,7 @@ ENVIRONMENT = {
     "KOKORO_MAX_MESSAGE_BYTES": "largest WebSocket message or HTTP body (65536)",
     "KOKORO_BODY_TIMEOUT_S": "seconds to send a whole HTTP body (10)",
     "KOKORO_SHUTDOWN_GRACE_S": "seconds from SIGTERM to exit (20)",
-    "KOKORO_WORKERS": "inference jobs at once (1)",
+    "KOKORO_WORKERS": "inference jobs side by side (0: one per core on a CPU, 1 on a GPU)",
     "KOKORO_THREADS": "threads per inference job (0: the backend chooses)",
     "KOKORO_WINDOWED": "1: stream each chunk's audio in vocoder windows (onnx); 0: whole chunks",
     "KOKORO_WARMUP_TEXT": "the sentence synthesized once before /ping turns 200",

@@ -57,8 +57,9 @@ class Settings:
     shutdown_grace_s: float = field(default_factory=lambda: _env_float("KOKORO_SHUTDOWN_GRACE_S", 20.0))
     # Largest WebSocket message or HTTP body accepted, in bytes.
     max_message_bytes: int = field(default_factory=lambda: _env_int("KOKORO_MAX_MESSAGE_BYTES", 64 * 1024))
-    # Inference jobs run at once. On a CPU one job using every core gives the lowest latency.
-    workers: int = field(default_factory=lambda: _env_int("KOKORO_WORKERS", 1))
+    # Inference jobs run side by side when several wait; 0: the backend chooses (onnx on a CPU: one per core, a job
+    # alone using every core; a GPU: one). backends/threads.py says why.
+    workers: int = field(default_factory=lambda: _env_int("KOKORO_WORKERS", 0))
     # Threads inside one inference job (onnxruntime intra-op); 0 lets the backend choose.
     threads: int = field(default_factory=lambda: _env_int("KOKORO_THREADS", 0))
     # Decode each chunk's audio window by window (vocoder_windows.py), each window its own scheduler job, so the

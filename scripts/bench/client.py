@@ -22,6 +22,7 @@ from kokoro_client.audio import BYTES_PER_SECOND
 from kokoro_client.local_ws import ws_url
 from kokoro_client.protocol import Close, Config, Error, SynthesisComplete, Synthesize, encode, parse_server_frame
 from kokoro_client.utterances import UtteranceReader
+from prometheus_client.parser import text_string_to_metric_families
 from websockets.asyncio.client import connect
 
 from scripts import servers
@@ -111,15 +112,36 @@ async def ws_once(url: str, text: str, *, first_audio_only: bool = False) -> Sam
     return Sample(1000 * (ttfa or total), 1000 * total, 0.0 if first_audio_only else size / BYTES_PER_SECOND, synth_ms)
 
 
-async def drain(url: str) -> None:
-    """Returns once the server's inference worker is idle, after a client hung up mid-utterance.
+async def server_metrics(client: httpx.AsyncClient, url: str) -> dict[str, float]:
+    """The server's queue depth, inference jobs running and WebSocket utterances completed, from its /metrics."""
+    text = (await client.get(f"{url}/metrics")).raise_for_status().text
+    found = {"queue_depth": 0.0, "running": 0.0, "utterances_completed": 0.0}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == "kokoro_tts_queue_depth":
+                found["queue_depth"] = sample.value
+            elif sample.name == "kokoro_tts_inference_running":
+                found["running"] = sample.value
+            elif sample.name == "kokoro_tts_utterances_total" and sample.labels == {
+                "route": "ws",
+                "outcome": "completed",
+            }:
+                found["utterances_completed"] = sample.value
+    return found
 
-    Hanging up stops an utterance, but the chunk already running in the worker thread runs to its end (onnxruntime
-    cannot be interrupted). A tiny utterance queues behind it, so its completion means the worker is free: the next
-    measurement then starts on an idle server without waiting for the whole reply. This holds for the server's
-    default of one inference worker (KOKORO_WORKERS=1), which is what ``local_server`` runs.
-    """
-    await ws_once(url, "Okay.")
+
+async def drain(url: str, within_s: float = 60.0) -> None:
+    """Returns once the server's inference workers are idle, after a client hung up mid-utterance.
+
+    Hanging up stops an utterance, but the window already running in a worker thread runs to its end (onnxruntime
+    cannot be interrupted): the next measurement starts once /metrics shows nothing queued or running, without
+    waiting for the whole reply."""
+    async with httpx.AsyncClient(timeout=10) as client:
+        ends = time.monotonic() + within_s
+        while (now := await server_metrics(client, url))["queue_depth"] or now["running"]:
+            if time.monotonic() > ends:
+                raise RuntimeError(f"{url} still busy after {within_s:.0f} s: {now}")
+            await asyncio.sleep(0.02)
 
 
 async def ws_utterances(url: str, texts: Sequence[str], fmt: str = "pcm") -> list[tuple[bytes, dict[str, Any]]]:

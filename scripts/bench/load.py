@@ -16,29 +16,12 @@ import asyncio
 from collections.abc import Awaitable
 
 import httpx
-from prometheus_client.parser import text_string_to_metric_families
 
-from .client import concurrent, pct
+from .client import concurrent, pct, server_metrics
 from .report import Row, Section
 from .texts import LOAD_REPLY
 
 SAMPLE_EVERY_S = 0.1
-
-
-async def server_metrics(client: httpx.AsyncClient, url: str) -> dict[str, float]:
-    """The server's queue depth and WebSocket utterances completed, from its /metrics."""
-    text = (await client.get(f"{url}/metrics")).raise_for_status().text
-    found = {"queue_depth": 0.0, "utterances_completed": 0.0}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name == "kokoro_tts_queue_depth":
-                found["queue_depth"] = sample.value
-            elif sample.name == "kokoro_tts_utterances_total" and sample.labels == {
-                "route": "ws",
-                "outcome": "completed",
-            }:
-                found["utterances_completed"] = sample.value
-    return found
 
 
 async def with_server_metrics(url: str, work: Awaitable[dict[str, object]]) -> dict[str, object]:

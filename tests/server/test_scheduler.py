@@ -7,6 +7,7 @@ import threading
 
 import pytest
 from kokoro_client.errors import ErrorCode, TTSError
+from kokoro_tts.backends.threads import alone
 from kokoro_tts.scheduler import MEASURED, UNMEASURED_JOB_S, DeadlineScheduler, JobRecord
 
 
@@ -92,6 +93,45 @@ async def test_share_counts_the_jobs_taking_turns_on_each_worker() -> None:
         task.cancel()
     await asyncio.gather(*queued, return_exceptions=True)
     assert scheduler.share() == 1.0
+
+
+async def test_a_lone_job_has_every_core_and_waiting_jobs_run_side_by_side() -> None:
+    scheduler = DeadlineScheduler(workers=2)
+    seen: dict[str, bool] = {}
+    first_running, gate = threading.Event(), threading.Event()
+
+    def lone() -> None:
+        seen["lone"] = alone()
+        first_running.set()
+        gate.wait(5)
+
+    def after() -> None:
+        seen["after"] = alone()
+
+    scheduler.start()
+    lone_job = asyncio.create_task(scheduler.run(lone, deadline=0))
+    await asyncio.to_thread(first_running.wait, 5)
+    after_job = asyncio.create_task(scheduler.run(after, deadline=0))
+    await asyncio.sleep(0.2)
+    assert "after" not in seen, "a job started beside one that had every core"
+    gate.set()
+    await asyncio.gather(lone_job, after_job)
+    assert seen == {"lone": True, "after": True}  # each ran alone: nothing else waited when it started
+    await scheduler.stop()
+
+    # Two jobs waiting at once run side by side, a share of the cores each (they meet at the barrier).
+    side_by_side = DeadlineScheduler(workers=2)
+    barrier = threading.Barrier(2, timeout=5)
+
+    def meet() -> bool:
+        barrier.wait()
+        return alone()
+
+    jobs = [asyncio.create_task(side_by_side.run(meet, deadline=0)) for _ in range(2)]
+    await asyncio.sleep(0)
+    side_by_side.start()
+    assert await asyncio.gather(*jobs) == [False, False]
+    await side_by_side.stop()
 
 
 def test_before_any_job_is_measured_a_job_is_assumed_to_take_a_cpu_windows_time() -> None:

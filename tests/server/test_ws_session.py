@@ -168,5 +168,6 @@ async def test_a_new_utterance_is_not_stuck_behind_other_sessions_long_replies(s
         await asyncio.gather(*counters, return_exceptions=True)
     # One vocoder window per PCM frame: besides each long reply's first window (it follows synthesis_start), the
     # short utterance waited for at most the one look-ahead job each long reply had queued (due already: its audio
-    # is playing), not for the dozens of windows the two long replies still had to go.
-    assert sum(frames_after.values()) <= 4, frames_after
+    # is playing), not for the dozens of windows the two long replies still had to go. With workers side by side,
+    # the long replies also go on beside each of the short utterance's jobs: up to that many frames per worker.
+    assert sum(frames_after.values()) <= 4 * server.engine.backend.parallel_jobs, frames_after

@@ -36,6 +36,7 @@ class Backend(Protocol):
     name: str
     device: str
     model_file: str  # the weights file, relative to the layout (its checksum is in the manifest)
+    parallel_jobs: int  # inference jobs the scheduler may run side by side (backends/threads.py)
 
     @property
     def stages(self) -> Stages | None:
@@ -70,11 +71,18 @@ def load_backend(settings: Settings) -> Backend:
             device=settings.device,
             threads=settings.threads,
             stage_paths=stages if use_stages else None,
+            workers=settings.workers,
         )
     if settings.backend == "torch":
         from .torch import TorchBackend
 
-        return TorchBackend(layout.config_path, torch_weights(layout), device=settings.device, threads=settings.threads)
+        return TorchBackend(
+            layout.config_path,
+            torch_weights(layout),
+            device=settings.device,
+            threads=settings.threads,
+            workers=settings.workers,
+        )
     raise ValueError(f"KOKORO_BACKEND must be 'onnx' or 'torch', not {settings.backend!r}")
 
 

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort
 
-from .stages import OnnxStages, session
+from .stages import OnnxStages, SessionPair
 
 
 class OnnxBackend:
@@ -17,21 +18,28 @@ class OnnxBackend:
     name = "onnx"
 
     def __init__(
-        self, model_path: Path, device: str = "auto", threads: int = 0, stage_paths: tuple[Path, Path] | None = None
+        self,
+        model_path: Path,
+        device: str = "auto",
+        threads: int = 0,
+        stage_paths: tuple[Path, Path] | None = None,
+        workers: int = 0,
     ) -> None:
         available = ort.get_available_providers()
         want_cuda = device in ("auto", "cuda") and "CUDAExecutionProvider" in available
         if device == "cuda" and not want_cuda:
             raise RuntimeError(f"KOKORO_DEVICE=cuda but onnxruntime offers only {available}")
         providers = ["CUDAExecutionProvider", "CPUExecutionProvider"] if want_cuda else ["CPUExecutionProvider"]
-        self._session = session(model_path, threads, providers)
-        self.stages = OnnxStages(*stage_paths, threads, providers) if stage_paths else None
+        # Jobs side by side: ``workers``, else a core each on a CPU (threads.py); one at a time on a GPU.
+        self.parallel_jobs = workers or (1 if want_cuda else (os.cpu_count() or 1))
+        self._session = SessionPair(model_path, threads, self.parallel_jobs, providers)
+        self.stages = OnnxStages(*stage_paths, threads, providers, self.parallel_jobs) if stage_paths else None
         self.device = "cuda" if want_cuda else "cpu"
         self.model_file = model_path.name
         # Exports differ in naming (the PyPI mirror: tokens → audio; onnx-community: input_ids → waveform).
-        inputs = {i.name for i in self._session.get_inputs()}
+        inputs = {i.name for i in self._session.get().get_inputs()}
         self._tokens_input = "input_ids" if "input_ids" in inputs else "tokens"
-        self._audio_output = self._session.get_outputs()[0].name
+        self._audio_output = self._session.get().get_outputs()[0].name
 
     def synthesize(self, tokens: list[int], style: np.ndarray, speed: float) -> np.ndarray:
         feeds = {
@@ -39,7 +47,7 @@ class OnnxBackend:
             "style": np.asarray(style, dtype=np.float32).reshape(1, -1),
             "speed": np.array([speed], dtype=np.float32),
         }
-        (audio,) = self._session.run([self._audio_output], feeds)
+        (audio,) = self._session.get().run([self._audio_output], feeds)
         return np.asarray(audio, dtype=np.float32).reshape(-1)
 
     def synthesize_timed(self, tokens: list[int], style: np.ndarray, speed: float) -> tuple[np.ndarray, None]:

@@ -27,6 +27,8 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
+from .threads import alone
+
 SAMPLES_PER_FRAME = 600  # audio samples per aligned frame (25 ms at 24 kHz)
 FEATURES_PER_FRAME = 2  # the generator's input runs at twice the aligned frame rate (F0's rate)
 HARMONIC_PER_FRAME = 120  # STFT frames of the harmonic source per aligned frame (hop 5 samples)
@@ -59,21 +61,39 @@ class Prosody:
 
 def session(path: Path, threads: int = 0, providers: Sequence[str] = ("CPUExecutionProvider",)) -> ort.InferenceSession:
     options = ort.SessionOptions()
-    # One job uses every core: on a CPU the lowest latency comes from one inference at a time.
     options.intra_op_num_threads = threads or (os.cpu_count() or 1)
     options.inter_op_num_threads = 1
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     return ort.InferenceSession(str(path), options, providers=list(providers))
 
 
+class SessionPair:
+    """One graph, loaded twice when the thread counts differ: on ``threads`` cores (0: all) for a job that runs
+    alone, on its share of them when ``parallel`` jobs run side by side (threads.py)."""
+
+    def __init__(self, path: Path, threads: int, parallel: int, providers: Sequence[str]) -> None:
+        wide = threads or (os.cpu_count() or 1)
+        narrow = max(1, wide // max(1, parallel))
+        self._alone = session(path, wide, providers)
+        self._shared = self._alone if narrow == wide else session(path, narrow, providers)
+
+    def get(self) -> ort.InferenceSession:
+        return self._alone if alone() else self._shared
+
+
 class OnnxStages:
     """The two derived graphs, run on their own: ``front`` once per chunk, ``decode`` per window."""
 
     def __init__(
-        self, front: Path, decoder: Path, threads: int = 0, providers: Sequence[str] = ("CPUExecutionProvider",)
+        self,
+        front: Path,
+        decoder: Path,
+        threads: int = 0,
+        providers: Sequence[str] = ("CPUExecutionProvider",),
+        parallel: int = 1,
     ) -> None:
-        self._front = session(front, threads, providers)
-        self._decoder = session(decoder, threads, providers)
+        self._front = SessionPair(front, threads, parallel, providers)
+        self._decoder = SessionPair(decoder, threads, parallel, providers)
 
     def front(self, tokens: list[int], style: np.ndarray, speed: float) -> Prosody:
         style = np.asarray(style, dtype=np.float32).reshape(1, -1)
@@ -82,11 +102,11 @@ class OnnxStages:
             "style": style,
             "speed": np.array([speed], dtype=np.float32),
         }
-        features, durations, harmonics = self._front.run(list(FRONT_OUTPUTS), feeds)
+        features, durations, harmonics = self._front.get().run(list(FRONT_OUTPUTS), feeds)
         return Prosody(features, np.asarray(durations).reshape(-1), harmonics, style)
 
     def decode(self, prosody: Prosody, start: int = 0, stop: int | None = None) -> np.ndarray:
         """Audio for aligned frames [start, stop) decoded on their own (no context: see vocoder_windows.py)."""
         stop = prosody.frames if stop is None else stop
-        (audio,) = self._decoder.run(["audio"], prosody.window(start, stop))
+        (audio,) = self._decoder.get().run(["audio"], prosody.window(start, stop))
         return np.asarray(audio, dtype=np.float32).reshape(-1)

@@ -94,11 +94,14 @@ def load_kmodel(config_path: Path, model_path: Path | None) -> Any:
 class TorchBackend:
     name = "torch"
 
-    def __init__(self, config_path: Path, model_path: Path, device: str = "auto", threads: int = 0) -> None:
+    def __init__(
+        self, config_path: Path, model_path: Path, device: str = "auto", threads: int = 0, workers: int = 0
+    ) -> None:
         import torch
 
         self._torch = torch
         self.device = pick_device(torch, device)
+        self.parallel_jobs = workers or 1  # one whole chunk at a time keeps a GPU busy
         if not model_path.is_file():
             raise FileNotFoundError(
                 f"{model_path} is missing: `python -m scripts.weights fetch --with-torch` (Hugging Face) or "
