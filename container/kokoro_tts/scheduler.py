@@ -132,9 +132,10 @@ class DeadlineScheduler:
         return sum(1 for job in self._heap if not job.future.done())
 
     def share(self) -> float:
-        """How many jobs take turns on each worker now (queued and running, at least 1): a stream, which keeps one
-        job queued or running, gets about this fraction of a worker. Read from a worker thread: approximate."""
-        return max(1.0, (self.pending + self.running) / self._workers)
+        """How many jobs share the machine now (queued and running, at least 1): a stream, which keeps one job
+        queued or running, gets about this fraction of what the machine does alone (side by side, the workers do a
+        little more in all, never less). Read from a worker thread: approximate."""
+        return max(1.0, float(self.pending + self.running))
 
     def mean_job_s(self) -> float:
         """The mean length of the latest ``MEASURED`` finished jobs (``UNMEASURED_JOB_S`` before any)."""

@@ -37,15 +37,17 @@ import numpy as np
 
 from .audio import SAMPLE_RATE
 from .backends.stages import SAMPLES_PER_FRAME
+from .backends.threads import alone
 
 FRAME_S = SAMPLES_PER_FRAME / SAMPLE_RATE  # seconds of audio per aligned frame
 Decode = Callable[[int, int], np.ndarray]  # audio for aligned frames [start, stop)
 
 
 class DecoderSpeed:
-    """What decoding a window costs, learnt from the windows decoded last: a fixed cost per call (measured: ~30 ms
-    for the int8 generator's 1,600 nodes on 2 cores) plus a cost per frame, fitted by least squares; in proportion
-    to the frames alone until two window sizes have been seen. Empty (``known`` False) until the first window."""
+    """What decoding a window costs on the whole machine, learnt from the windows decoded last by a job running
+    alone (backends/threads.py): a fixed cost per call (measured: ~30 ms for the int8 generator's 1,600 nodes on 2
+    cores) plus a cost per frame, fitted by least squares; in proportion to the frames until two window sizes have
+    been seen. Empty (``known`` False) until the first window."""
 
     SAMPLES = 16  # the latest windows the fit uses: recent enough to follow the machine's load
 
@@ -220,7 +222,8 @@ class ChunkWindows:
         lo, hi = plan.span(start, stop, self.frames)
         began = self._clock()
         audio = self._decode(lo, hi)
-        self.speed.add(hi - lo, self._clock() - began)
+        if alone():  # the machine's own speed: a stream's share of it is the scheduler's to say
+            self.speed.add(hi - lo, self._clock() - began)
         keep_to = min(stop + plan.crossfade, self.frames)
         piece = audio[(start - lo) * SAMPLES_PER_FRAME : (keep_to - lo) * SAMPLES_PER_FRAME].copy()
         held, ramp = self._held, self._ramp

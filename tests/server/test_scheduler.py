@@ -78,17 +78,17 @@ async def test_admission_estimates_the_wait_from_the_queue_and_the_measured_job_
     assert scheduler.expected_wait_s() == pytest.approx(0.75, abs=0.05)  # cancelled jobs are not waited for
 
 
-async def test_share_counts_the_jobs_taking_turns_on_each_worker() -> None:
-    # A stream keeps one job queued or running: with k of them per worker, each gets a k-th of it (vocoder_windows
-    # plans a window from that share of the decoder's speed).
+async def test_share_counts_the_jobs_sharing_the_machine() -> None:
+    # A stream keeps one job queued or running: with k of them, each gets about a k-th of the machine
+    # (vocoder_windows plans a window from that share of the decoder's speed), however many workers run them.
     scheduler = DeadlineScheduler(workers=2)  # not started: the jobs stay queued
     assert scheduler.share() == 1.0
     queued = [asyncio.create_task(scheduler.run(lambda: None, deadline=0)) for _ in range(5)]
     await asyncio.sleep(0)
-    assert scheduler.share() == 2.5
+    assert scheduler.share() == 5.0
     queued[0].cancel()
     await asyncio.gather(queued[0], return_exceptions=True)
-    assert scheduler.share() == 2.0  # a cancelled job takes no turn
+    assert scheduler.share() == 4.0  # a cancelled job takes no turn
     for task in queued[1:]:
         task.cancel()
     await asyncio.gather(*queued, return_exceptions=True)
