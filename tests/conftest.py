@@ -93,11 +93,11 @@ def server(model_dir: Path) -> Iterator[RunningServer]:
 
 @pytest.fixture
 def tight_admission(server: RunningServer) -> Iterator[None]:
-    """The shared server refuses a new HTTP synthesis whose first audio would wait over 0.2 s (not 4 s): a burst a
-    few requests wide is past the bound on any machine."""
+    """The shared server refuses a new HTTP synthesis whose first audio would wait at all (not over 4 s): a burst
+    a few requests wide is past the bound on any machine, however many jobs run side by side."""
     engine = server.engine
     settings = engine.settings
-    engine.settings = dataclasses.replace(settings, max_first_audio_wait_s=0.2)
+    engine.settings = dataclasses.replace(settings, max_first_audio_wait_s=0.0)
     try:
         yield
     finally:

@@ -23,6 +23,7 @@ import re
 import time
 from collections import deque
 from collections.abc import AsyncGenerator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
 
@@ -33,6 +34,7 @@ from kokoro_client.protocol import WordTiming
 from .audio import SAMPLE_RATE, float_to_pcm16
 from .backends import Backend, load_backend
 from .backends.stages import SAMPLES_PER_FRAME
+from .backends.threads import run_as
 from .normalize import TextMap, normalize
 from .phonemes import Phonemizer, TokenBatch, clean_text_mapped
 from .scheduler import DeadlineScheduler, Limit
@@ -116,8 +118,17 @@ class TTSEngine:
     def warm_up(self) -> None:
         """Build the default language's G2P and run the model once, so the first request is not the slow one."""
         request = self.request(self.settings.warmup_text, self.settings.default_voice, 1.0)
-        for text in split_utterance(request.text):
+        texts = split_utterance(request.text)
+        for text in texts:
             self._synthesize_chunk(text, request)
+        if (jobs := self.backend.parallel_jobs) > 1:
+            # And side by side, as under load (backends/threads.py): the one-thread sessions' first run is slow,
+            # and the memory they need is taken now, not during the first burst of traffic.
+            def side_by_side(text: str) -> np.ndarray:
+                return run_as(partial(self._synthesize_chunk, text, request), alone=False)
+
+            with ThreadPoolExecutor(jobs) as pool:
+                list(pool.map(side_by_side, texts * jobs))
 
     def request(self, text: object, voice: object | None, speed: object | None) -> SpeechRequest:
         """Validate a client's fields; raises ``TTSError`` naming the first bad one."""

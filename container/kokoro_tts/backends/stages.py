@@ -20,6 +20,7 @@ The graphs are derived with onnx's own extractor at ``make weights`` time (scrip
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -59,8 +60,27 @@ class Prosody:
         }
 
 
+_shared_arena = threading.Lock()
+_shared_arena_made = False
+
+
+def _share_one_cpu_arena(options: ort.SessionOptions) -> None:
+    """Every session of this process allocates from one CPU arena. Each session's own arena would grow to its
+    largest window and keep it: with a graph loaded twice (``SessionPair``), the two one-thread sessions' arenas
+    came on top of the others' and the server's memory kept rising under load (measured: +227 MB against +131 MB
+    with one arena, at the same speed)."""
+    global _shared_arena_made
+    with _shared_arena:
+        if not _shared_arena_made:
+            cpu = ort.OrtMemoryInfo("Cpu", ort.OrtAllocatorType.ORT_ARENA_ALLOCATOR, 0, ort.OrtMemType.DEFAULT)
+            ort.create_and_register_allocator(cpu, None)
+            _shared_arena_made = True
+    options.add_session_config_entry("session.use_env_allocators", "1")
+
+
 def session(path: Path, threads: int = 0, providers: Sequence[str] = ("CPUExecutionProvider",)) -> ort.InferenceSession:
     options = ort.SessionOptions()
+    _share_one_cpu_arena(options)
     options.intra_op_num_threads = threads or (os.cpu_count() or 1)
     options.inter_op_num_threads = 1
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
