@@ -122,8 +122,7 @@ class TTSEngine:
         for text in texts:
             self._synthesize_chunk(text, request)
         if (jobs := self.backend.parallel_jobs) > 1:
-            # And side by side, as under load (backends/threads.py): the one-thread sessions' first run is slow,
-            # and the memory they need is taken now, not during the first burst of traffic.
+            # And side by side, as under load (backends/threads.py): the one-thread sessions' first run is slow.
             def side_by_side(text: str) -> np.ndarray:
                 return run_as(partial(self._synthesize_chunk, text, request), alone=False)
 

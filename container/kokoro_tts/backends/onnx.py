@@ -8,7 +8,8 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
-from .stages import OnnxStages, SessionPair
+from .ort_sessions import RUN_OPTIONS, SessionPair
+from .stages import OnnxStages
 
 
 class OnnxBackend:
@@ -47,7 +48,7 @@ class OnnxBackend:
             "style": np.asarray(style, dtype=np.float32).reshape(1, -1),
             "speed": np.array([speed], dtype=np.float32),
         }
-        (audio,) = self._session.get().run([self._audio_output], feeds)
+        (audio,) = self._session.get().run([self._audio_output], feeds, RUN_OPTIONS)
         return np.asarray(audio, dtype=np.float32).reshape(-1)
 
     def synthesize_timed(self, tokens: list[int], style: np.ndarray, speed: float) -> tuple[np.ndarray, None]:

@@ -19,16 +19,13 @@ The graphs are derived with onnx's own extractor at ``make weights`` time (scrip
 
 from __future__ import annotations
 
-import os
-import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import onnxruntime as ort
 
-from .threads import alone
+from .ort_sessions import RUN_OPTIONS, SessionPair
 
 SAMPLES_PER_FRAME = 600  # audio samples per aligned frame (25 ms at 24 kHz)
 FEATURES_PER_FRAME = 2  # the generator's input runs at twice the aligned frame rate (F0's rate)
@@ -60,47 +57,6 @@ class Prosody:
         }
 
 
-_shared_arena = threading.Lock()
-_shared_arena_made = False
-
-
-def _share_one_cpu_arena(options: ort.SessionOptions) -> None:
-    """Every session of this process allocates from one CPU arena. Each session's own arena would grow to its
-    largest window and keep it: with a graph loaded twice (``SessionPair``), the two one-thread sessions' arenas
-    came on top of the others' and the server's memory kept rising under load (measured: +227 MB against +131 MB
-    with one arena, at the same speed)."""
-    global _shared_arena_made
-    with _shared_arena:
-        if not _shared_arena_made:
-            cpu = ort.OrtMemoryInfo("Cpu", ort.OrtAllocatorType.ORT_ARENA_ALLOCATOR, 0, ort.OrtMemType.DEFAULT)
-            ort.create_and_register_allocator(cpu, None)
-            _shared_arena_made = True
-    options.add_session_config_entry("session.use_env_allocators", "1")
-
-
-def session(path: Path, threads: int = 0, providers: Sequence[str] = ("CPUExecutionProvider",)) -> ort.InferenceSession:
-    options = ort.SessionOptions()
-    _share_one_cpu_arena(options)
-    options.intra_op_num_threads = threads or (os.cpu_count() or 1)
-    options.inter_op_num_threads = 1
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    return ort.InferenceSession(str(path), options, providers=list(providers))
-
-
-class SessionPair:
-    """One graph, loaded twice when the thread counts differ: on ``threads`` cores (0: all) for a job that runs
-    alone, on its share of them when ``parallel`` jobs run side by side (threads.py)."""
-
-    def __init__(self, path: Path, threads: int, parallel: int, providers: Sequence[str]) -> None:
-        wide = threads or (os.cpu_count() or 1)
-        narrow = max(1, wide // max(1, parallel))
-        self._alone = session(path, wide, providers)
-        self._shared = self._alone if narrow == wide else session(path, narrow, providers)
-
-    def get(self) -> ort.InferenceSession:
-        return self._alone if alone() else self._shared
-
-
 class OnnxStages:
     """The two derived graphs, run on their own: ``front`` once per chunk, ``decode`` per window."""
 
@@ -122,11 +78,11 @@ class OnnxStages:
             "style": style,
             "speed": np.array([speed], dtype=np.float32),
         }
-        features, durations, harmonics = self._front.get().run(list(FRONT_OUTPUTS), feeds)
+        features, durations, harmonics = self._front.get().run(list(FRONT_OUTPUTS), feeds, RUN_OPTIONS)
         return Prosody(features, np.asarray(durations).reshape(-1), harmonics, style)
 
     def decode(self, prosody: Prosody, start: int = 0, stop: int | None = None) -> np.ndarray:
         """Audio for aligned frames [start, stop) decoded on their own (no context: see vocoder_windows.py)."""
         stop = prosody.frames if stop is None else stop
-        (audio,) = self._decoder.get().run(["audio"], prosody.window(start, stop))
+        (audio,) = self._decoder.get().run(["audio"], prosody.window(start, stop), RUN_OPTIONS)
         return np.asarray(audio, dtype=np.float32).reshape(-1)

@@ -4,7 +4,8 @@ On a CPU, one job on every core gives a lone session its first audio soonest, bu
 each, get through more work: intra-op threads parallelise a short window poorly (measured on 2 cores: first
 windows at 195 ms a job two at a time, one thread each, against 302 ms a job one at a time on both). So the
 scheduler runs a job alone, on every core, when nothing else is waiting, and side by side otherwise
-(scheduler.py); the onnx backend keeps a session for each case (``SessionPair``) and asks ``alone()`` which to use.
+(scheduler.py); the onnx backend keeps a session for each case (``ort_sessions.SessionPair``) and asks ``alone()``
+which to use.
 """
 
 from __future__ import annotations
