@@ -34,7 +34,7 @@ from support.audio_metrics import log_mel_l1_db, seam_features
 from support.listener import WhisperListener, word_errors
 
 from scripts.bench.end_to_end import underruns
-from scripts.weights.stage_graphs import derive_stages
+from scripts.weights.stage_graphs import derive_stage_graphs, derive_stages
 
 SENTENCES = [
     "Streaming speech lets a caller hear the answer while the rest is still being written.",
@@ -106,12 +106,38 @@ def test_the_export_has_no_random_nodes(model_dir: Path) -> None:
     assert not {op for op in ops if op.startswith("Random")}
 
 
-def test_two_stages_reproduce_the_shipped_graph(model_dir: Path, stages: OnnxStages, cases: list[Case]) -> None:
+@pytest.fixture(scope="module")
+def exact_cut(model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> OnnxStages:
+    """The two stages as cut, the STFT left as it is in the shipped graph."""
+    folder = tmp_path_factory.mktemp("exact-cut")
+    front, decoder = folder / "front.onnx", folder / "decoder.onnx"
+    derive_stage_graphs(model_dir / "kokoro.onnx", front, decoder, dft_as_conv=False)
+    return OnnxStages(front, decoder, threads=2)
+
+
+def test_two_stages_reproduce_the_shipped_graph(model_dir: Path, exact_cut: OnnxStages, cases: list[Case]) -> None:
     monolithic = OnnxBackend(model_dir / "kokoro.onnx", device="cpu", threads=2)
     for case in cases[:2]:
         expected = monolithic.synthesize(case.tokens, case.style, 1.0)
-        assert expected.size == case.whole.size
-        assert np.abs(expected - case.whole).max() <= 1e-6  # measured: 0.0, bit for bit
+        whole = exact_cut.decode(exact_cut.front(case.tokens, case.style, 1.0))
+        assert expected.size == whole.size == case.whole.size
+        assert np.abs(expected - whole).max() <= 1e-6  # measured: 0.0, bit for bit
+
+
+def test_the_fronts_stft_as_a_convolution_is_the_same_transform(
+    exact_cut: OnnxStages, stages: OnnxStages, cases: list[Case]
+) -> None:
+    for case in cases:
+        shipped, ours = (s.front(case.tokens, case.style, 1.0) for s in (exact_cut, stages))
+        assert np.array_equal(ours.features, shipped.features) and np.array_equal(ours.durations, shipped.durations)
+        # harmonics: 11 magnitudes, then 11 phases, per STFT frame. The magnitudes agree to float rounding; a phase
+        # is compared only where its bin holds energy (elsewhere it is rounding noise either way: stage_graphs.py).
+        magnitude, phase = np.split(ours.harmonics, 2, axis=1)
+        shipped_magnitude, shipped_phase = np.split(shipped.harmonics, 2, axis=1)
+        assert np.abs(magnitude - shipped_magnitude).max() <= 1e-5 * shipped_magnitude.max()
+        energetic = shipped_magnitude > 1e-3 * shipped_magnitude.max()
+        turn = np.angle(np.exp(1j * (phase - shipped_phase)))  # the difference, wrapped to (-pi, pi]
+        assert energetic.mean() > 0.3 and np.abs(turn[energetic]).max() < 1e-2
 
 
 def test_front_outputs_line_up(stages: OnnxStages, cases: list[Case]) -> None:

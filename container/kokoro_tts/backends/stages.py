@@ -13,8 +13,9 @@ takes its inputs, it becomes:
   Windowing only this part needs less context per window than windowing the whole decoder did (vocoder_windows.py).
 
 The export has no random nodes (its sine generator draws no random initial phase and adds no noise), so the
-two stages on a whole chunk reproduce the monolithic graph bit for bit (tests/test_stages.py).
-The graphs are derived with onnx's own extractor at ``make weights`` time (scripts/weights/stage_graphs.py).
+two stages as cut reproduce the monolithic graph bit for bit (tests/server/test_vocoder_windows.py). The graphs are
+derived with onnx's own extractor at ``make weights`` time (scripts/weights/stage_graphs.py), which also makes the
+front's STFT a convolution (faster; the same transform to float rounding: docs/weights.md).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ ROOT/config.json         Kokoro's config.json ("vocab": phoneme → token id)
 ROOT/kokoro.onnx         the ONNX model
 ROOT/kokoro-v1_0.pth     optional torch weights (Hugging Face)
 ROOT/kokoro-v1_0-int8-derived.pth  optional torch weights derived from kokoro.onnx (`derive-torch`)
-ROOT/kokoro-stage-front.onnx      optional: the front (prosody and the decoder's frame-rate blocks) cut from
+ROOT/kokoro-stage-front-dft.onnx  optional: the front (prosody and the decoder's frame-rate blocks) cut from
                                   kokoro.onnx (`derive-stages`)
 ROOT/kokoro-stage-generator.onnx  optional: the vocoder's generator cut from kokoro.onnx (`derive-stages`)
 ROOT/voices/<name>.bin   voice packs: little-endian float32, 510 × 256
@@ -32,9 +32,10 @@ CONFIG = "config.json"
 ONNX = "kokoro.onnx"
 TORCH = "kokoro-v1_0.pth"
 DERIVED_TORCH = "kokoro-v1_0-int8-derived.pth"
-# Named apart from the first cut's kokoro-front.onnx / kokoro-decoder.onnx (whole decoder windowed), which a layout
-# derived before may still hold: those graphs have other inputs.
-FRONT_GRAPH = "kokoro-stage-front.onnx"
+# Named apart from what a layout derived before may still hold: the first cut's kokoro-front.onnx /
+# kokoro-decoder.onnx (whole decoder windowed: other inputs) and kokoro-stage-front.onnx (its STFT not yet a
+# convolution: scripts/weights/stage_graphs.py).
+FRONT_GRAPH = "kokoro-stage-front-dft.onnx"
 DECODER_GRAPH = "kokoro-stage-generator.onnx"
 VOICES = "voices"
 MANIFEST = "manifest.json"
@@ -57,7 +58,7 @@ VOICE_NAMES: tuple[str, ...] = (
 
 # The only relative paths a manifest may name: nothing can point outside the layout.
 _PATH_RE = re.compile(
-    rf"^(?:config\.json|kokoro\.onnx|kokoro-v1_0\.pth|kokoro-v1_0-int8-derived\.pth|kokoro-(?:front|decoder|stage-front|stage-generator)\.onnx|{VOICES}/[A-Za-z0-9_]+\.bin)$"
+    rf"^(?:config\.json|kokoro\.onnx|kokoro-v1_0\.pth|kokoro-v1_0-int8-derived\.pth|kokoro-(?:front|decoder|stage-front|stage-front-dft|stage-generator)\.onnx|{VOICES}/[A-Za-z0-9_]+\.bin)$"
 )
 _SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 CHUNK = 1 << 20
