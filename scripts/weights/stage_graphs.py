@@ -126,3 +126,8 @@ def stft_as_conv(graph: Any) -> None:
         del graph.node[index]
         for offset, new_node in enumerate(replacement):
             graph.node.insert(index + offset, new_node)
+        # The STFT's own constants, now unused: onnxruntime would warn about each on stderr (a JSON log's stream).
+        used = {name for other in graph.node for name in other.input}
+        for init in [i for i in graph.initializer if i.name in (step_name, window_name, length_name)]:
+            if init.name not in used:
+                graph.initializer.remove(init)
