@@ -41,7 +41,7 @@ def _peer(layout: WeightLayout, voices: Path, device: str, threads: int) -> Any:
     from kokoro_onnx import Kokoro
 
     # The same session options as ours (threads, graph optimizations): the comparison is of the libraries.
-    session = OnnxBackend(layout.onnx_path, device=device, threads=threads)._session.get()
+    session = OnnxBackend(layout.onnx_path, device=device, threads=threads).session
     return Kokoro.from_session(session, str(voices), vocab_config=str(layout.config_path))
 
 

@@ -1,8 +1,9 @@
 """Windowed vocoding side by side (issue 9): per sentence of the reply, in one process, interleaved:
 
-- ``whole``: our backend on the shipped int8 graph (what the engine runs today);
-- ``windowed``: the two derived stages, the decoder in windows (vocoder_windows.WindowPlan): time to the first
-  window's audio (front + first window) and the total;
+- ``whole``: the two derived stages on the whole chunk (the engine with windowing off, KOKORO_WINDOWED=0);
+- ``first`` and ``windowed``: the same stages, the decoder in windows (vocoder_windows.WindowPlan): time to the
+  first window's audio (front + first window) and the total;
+- ``shipped``: the shipped monolithic int8 graph (a layout without the derived stages);
 - ``float``: the monolithic graph with dequantized float weights (scripts/weights/dequantize.py);
 - ``kokoro-onnx``: the peer library on the shipped file (its ``create``).
 
@@ -51,7 +52,8 @@ def main() -> None:
         front, decoder, floats = Path(tmp) / "front.onnx", Path(tmp) / "decoder.onnx", Path(tmp) / "float.onnx"
         derive_stage_graphs(layout.onnx_path, front, decoder)
         onnx.save(dequantize(onnx.load(str(layout.onnx_path))), str(floats))
-        whole = OnnxBackend(layout.onnx_path, device="cpu", threads=args.threads)
+        whole = OnnxBackend(layout.onnx_path, device="cpu", threads=args.threads, stage_paths=(front, decoder))
+        shipped = OnnxBackend(layout.onnx_path, device="cpu", threads=args.threads)
         floating = OnnxBackend(floats, device="cpu", threads=args.threads)
         stages = OnnxStages(front, decoder, threads=args.threads)
         peer = _peer(layout, build_voices_npz(layout, Path(tmp) / "voices.npz"), "cpu", args.threads)
@@ -61,13 +63,14 @@ def main() -> None:
         for text in sentences:
             (tokens,) = phonemizer.token_batches(phonemizer.phonemes(text, voice.lang))
             inputs.append((text, tokens, voice.style(len(tokens))))
-        times: dict[str, list[float]] = {k: [] for k in ("whole", "first", "windowed", "float", "peer")}
+        times: dict[str, list[float]] = {k: [] for k in ("whole", "first", "windowed", "shipped", "float", "peer")}
         audio_s = 0.0
         gaps: list[float] = []
         decoded = [0, 0]  # frames the decoder ran on (context included), frames of audio
         speed = DecoderSpeed()
         peer.create(sentences[0], voice=VOICE, speed=1.0, lang="en-us")
         whole.synthesize(inputs[0][1], inputs[0][2], 1.0)
+        shipped.synthesize(inputs[0][1], inputs[0][2], 1.0)
         warm = stages.front(inputs[0][1], inputs[0][2], 1.0)  # the engine's warm-up: the decoder's speed is known
         list(decode_in_windows(partial(stages.decode, warm), warm.frames, plan, speed=speed))
         for _ in range(args.trials):
@@ -91,6 +94,9 @@ def main() -> None:
                 times["first"].append(arrivals[0][0])
                 times["windowed"].append(time.perf_counter() - started)
                 gaps.append(underruns(arrivals)[1])
+                started = time.perf_counter()
+                shipped.synthesize(tokens, style, 1.0)
+                times["shipped"].append(time.perf_counter() - started)
                 started = time.perf_counter()
                 floating.synthesize(tokens, style, 1.0)
                 times["float"].append(time.perf_counter() - started)

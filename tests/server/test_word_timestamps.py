@@ -159,6 +159,22 @@ async def test_timestamps_are_monotonic_cover_the_audio_and_point_into_the_sent_
         elapsed += piece_ms
 
 
+async def test_windowing_off_gives_the_same_words_with_whole_chunks(server: Any) -> None:
+    """KOKORO_WINDOWED=0 runs the same two stages on whole chunks (backends/onnx.py): the same durations, so the
+    same words at the same times, one audio frame per chunk."""
+    text = "Hello there, friend. How are you today?"
+    windowed = await _speak(server, text)
+    mp = pytest.MonkeyPatch()
+    mp.setattr(type(server.engine), "windowed", property(lambda _: False))
+    try:
+        whole = await _speak(server, text)
+    finally:
+        mp.undo()
+    assert len(whole) == 2 < len(windowed)  # a piece per sentence, against several windows each
+    assert sum(p.pcm.size for p in whole) == sum(p.pcm.size for p in windowed)
+    assert [w for p in whole for w in p.words] == [w for p in windowed for w in p.words]
+
+
 async def test_no_words_for_languages_the_g2p_does_not_split(server: Any) -> None:
     pieces = await _speak(server, "Hola, buenos días.", "ef_dora")
     assert pieces and all(piece.words == [] for piece in pieces)

@@ -4,7 +4,8 @@
 ``torch`` runs the kokoro package's KModel on a GPU from the same weight layout (optional extra ``gpu``): Hugging
 Face's kokoro-v1_0.pth, or the weights ``derive-torch`` recovers from the ONNX export. Only the onnx backend has
 ``stages`` (windowed decoding) so far; the torch backend synthesizes whole chunks. Word timestamps need the predicted
-durations: the onnx front stage and the torch KModel give them; the monolithic ONNX graph alone does not.
+durations: the onnx front stage and the torch KModel give them; the monolithic ONNX graph alone (a layout without
+the derived stages) does not.
 """
 
 from __future__ import annotations
@@ -63,14 +64,15 @@ def load_backend(settings: Settings) -> Backend:
         from .onnx import OnnxBackend
 
         stages = (layout.root / FRONT_GRAPH, layout.root / DECODER_GRAPH)
-        if settings.windowed and not all(path.is_file() for path in stages):
+        have_stages = all(path.is_file() for path in stages)
+        if not have_stages:
             log.warning("the layout has no stage graphs (kokoro-weights derive-stages): whole chunks, no windows")
-        use_stages = settings.windowed and all(path.is_file() for path in stages)
+        # With windowing off the stages still run, on whole chunks: the same graphs, so the two compare fairly.
         return OnnxBackend(
             layout.onnx_path,
             device=settings.device,
             threads=settings.threads,
-            stage_paths=stages if use_stages else None,
+            stage_paths=stages if have_stages else None,
             workers=settings.workers,
         )
     if settings.backend == "torch":

@@ -13,8 +13,9 @@ from .stages import OnnxStages
 
 
 class OnnxBackend:
-    """The monolithic graph (``synthesize``: a whole chunk at once) and, when the layout has the derived stage
-    graphs, ``stages`` (the prosody front and the vocoder decoder, for windowed decoding: engine.py)."""
+    """With the layout's derived stage graphs (``stage_paths``): ``stages`` (the prosody front and the vocoder's
+    generator, for windowed decoding: engine.py), and ``synthesize`` runs the same two on a whole chunk, so
+    windowing on and off differ only in the windows. Without them: the shipped monolithic graph."""
 
     name = "onnx"
 
@@ -33,24 +34,35 @@ class OnnxBackend:
         providers = ["CUDAExecutionProvider", "CPUExecutionProvider"] if want_cuda else ["CPUExecutionProvider"]
         # Jobs side by side: ``workers``, else a core each on a CPU (threads.py); one at a time on a GPU.
         self.parallel_jobs = workers or (1 if want_cuda else (os.cpu_count() or 1))
-        self._session = SessionPair(model_path, threads, self.parallel_jobs, providers)
-        self.stages = OnnxStages(*stage_paths, threads, providers, self.parallel_jobs) if stage_paths else None
         self.device = "cuda" if want_cuda else "cpu"
         self.model_file = model_path.name
-        # Exports differ in naming (the PyPI mirror: tokens → audio; onnx-community: input_ids → waveform).
-        inputs = {i.name for i in self._session.get().get_inputs()}
-        self._tokens_input = "input_ids" if "input_ids" in inputs else "tokens"
-        self._audio_output = self._session.get().get_outputs()[0].name
+        self.stages = OnnxStages(*stage_paths, threads, providers, self.parallel_jobs) if stage_paths else None
+        if self.stages is None:  # with the stages the monolithic graph is not loaded: its memory is theirs
+            self._session = SessionPair(model_path, threads, self.parallel_jobs, providers)
+            # Exports differ in naming (the PyPI mirror: tokens → audio; onnx-community: input_ids → waveform).
+            inputs = {i.name for i in self._session.get().get_inputs()}
+            self._tokens_input = "input_ids" if "input_ids" in inputs else "tokens"
+            self._audio_output = self._session.get().get_outputs()[0].name
 
     def synthesize(self, tokens: list[int], style: np.ndarray, speed: float) -> np.ndarray:
+        return self.synthesize_timed(tokens, style, speed)[0]
+
+    def synthesize_timed(
+        self, tokens: list[int], style: np.ndarray, speed: float
+    ) -> tuple[np.ndarray, np.ndarray | None]:
+        if self.stages is not None:
+            prosody = self.stages.front(tokens, style, speed)
+            return self.stages.decode(prosody), prosody.durations
+        # The export's only output is the audio: no durations, so no word timings.
         feeds = {
             self._tokens_input: np.array([[0, *tokens, 0]], dtype=np.int64),
             "style": np.asarray(style, dtype=np.float32).reshape(1, -1),
             "speed": np.array([speed], dtype=np.float32),
         }
         (audio,) = self._session.get().run([self._audio_output], feeds, RUN_OPTIONS)
-        return np.asarray(audio, dtype=np.float32).reshape(-1)
+        return np.asarray(audio, dtype=np.float32).reshape(-1), None
 
-    def synthesize_timed(self, tokens: list[int], style: np.ndarray, speed: float) -> tuple[np.ndarray, None]:
-        # The export's only output is the audio: durations come from the front stage (engine.py, windowed).
-        return self.synthesize(tokens, style, speed), None
+    @property
+    def session(self) -> ort.InferenceSession:
+        """The monolithic graph's session, as a job alone runs it (the peer benchmark hands it to kokoro-onnx)."""
+        return self._session.get()
