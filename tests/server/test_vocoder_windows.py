@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import itertools
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 
@@ -29,7 +29,7 @@ from kokoro_tts.backends.stages import SAMPLES_PER_FRAME, OnnxStages
 from kokoro_tts.phonemes import Phonemizer
 from kokoro_tts.vocoder_windows import FRAME_S, DecoderSpeed, WindowPlan, decode_in_windows
 from kokoro_tts.voices import VoiceBank
-from kokoro_tts.weights.layout import WeightLayout, hash_file
+from kokoro_tts.weights.layout import EARLIER_STAGE_GRAPHS, MANIFEST, WeightLayout, hash_file
 from support.audio_metrics import log_mel_l1_db, seam_features
 from support.listener import WhisperListener, word_errors
 
@@ -57,20 +57,36 @@ class Case:
 
 @pytest.fixture(scope="module")
 def stage_paths(model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    """``make weights``' derive-stages on a layout of hard links to the real one (its files stay untouched)."""
+    """``make weights``' derive-stages on a layout of hard links to the real one (its files stay untouched), which
+    also holds an earlier derivation's graph: it leaves the layout."""
     layout = tmp_path_factory.mktemp("layout")
     for source in model_dir.rglob("*"):
         if source.is_file():  # derived files are replaced by rename, never written through a link
             (layout / source.relative_to(model_dir)).parent.mkdir(parents=True, exist_ok=True)
             os.link(source, layout / source.relative_to(model_dir))
+    earlier = layout / EARLIER_STAGE_GRAPHS[-1]
+    earlier.unlink(missing_ok=True)
+    earlier.write_bytes(b"an earlier derivation")
+    manifest = WeightLayout(layout).read_manifest()
+    (layout / MANIFEST).unlink()  # a hard link: replaced, not written through
+    listed = {**manifest.files, earlier.name: hash_file(earlier)}
+    (layout / MANIFEST).write_bytes(replace(manifest, files=listed).to_json())
     result = derive_stages(layout, force=True)
     assert result.derived
     listed = WeightLayout(layout).read_manifest().files
     for path in (result.front, result.decoder):
         assert listed[path.name] == hash_file(path)
+    assert earlier.name not in listed and not earlier.exists()
     assert not derive_stages(layout).derived  # listed: a no-op, as make weights runs it every time
     WeightLayout(layout).verify(full=False)
     return result.front, result.decoder
+
+
+def test_the_stage_graphs_convolve_by_integer_matrix_products(stage_paths: tuple[Path, Path]) -> None:
+    # conv_integer_as_matmul rewrote every ConvInteger (the parity test below then holds it to the shipped graph).
+    for path in stage_paths:
+        ops = [node.op_type for node in onnx.load(str(path)).graph.node]
+        assert "ConvInteger" not in ops and "MatMulInteger" in ops, path.name
 
 
 @pytest.fixture(scope="module")
@@ -108,7 +124,8 @@ def test_the_export_has_no_random_nodes(model_dir: Path) -> None:
 
 @pytest.fixture(scope="module")
 def exact_cut(model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> OnnxStages:
-    """The two stages as cut, the STFT left as it is in the shipped graph."""
+    """The two stages as cut, the STFT left as it is in the shipped graph (the convolutions as integer matrix
+    products, which compute the same integers)."""
     folder = tmp_path_factory.mktemp("exact-cut")
     front, decoder = folder / "front.onnx", folder / "decoder.onnx"
     derive_stage_graphs(model_dir / "kokoro.onnx", front, decoder, dft_as_conv=False)
@@ -297,11 +314,15 @@ def test_whisper_understands_the_windowed_speech(cases: list[Case]) -> None:
     assert errors <= whole_errors + 1
 
 
-def test_float_weights_decoder_is_the_same_model(stage_paths: tuple[Path, Path], cases: list[Case]) -> None:
-    # scripts/weights/dequantize.py: the decoder with its int8 weights dequantized (the speed bench's float variant).
+def test_float_weights_decoder_is_the_same_model(
+    model_dir: Path, stage_paths: tuple[Path, Path], cases: list[Case], tmp_path: Path
+) -> None:
+    # scripts/weights/dequantize.py: the decoder with its int8 weights dequantized (the speed bench's float variant),
+    # from the graph as the export quantized it (ConvInteger, not yet rewritten).
     from scripts.weights.dequantize import dequantize
 
-    front, decoder = stage_paths
+    front, decoder = stage_paths[0], tmp_path / "decoder.onnx"
+    derive_stage_graphs(model_dir / "kokoro.onnx", tmp_path / "front.onnx", decoder, conv_as_matmul=False)
     model = dequantize(onnx.load(str(decoder)))
     ops = {node.op_type for node in model.graph.node}
     assert not ops & {"ConvInteger", "MatMulInteger", "DynamicQuantizeLinear"}
