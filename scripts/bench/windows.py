@@ -1,6 +1,7 @@
 """Windowed vocoding side by side (issue 9): per sentence of the reply, in one process, interleaved:
 
-- ``whole``: the two derived stages on the whole chunk (the engine with windowing off, KOKORO_WINDOWED=0);
+- ``whole``: the two derived stages on the whole chunk (the engine with windowing off, KOKORO_WINDOWED=0), in the
+  build the server runs on this CPU (weights/layout.py);
 - ``first`` and ``windowed``: the same stages, the decoder in windows (vocoder_windows.WindowPlan): time to the
   first window's audio (front + first window) and the total;
 - ``shipped``: the shipped monolithic int8 graph (a layout without the derived stages);
@@ -23,6 +24,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 from kokoro_tts.backends.onnx import OnnxBackend
+from kokoro_tts.backends.ort_sessions import exact_int8_dot_products
 from kokoro_tts.backends.stages import SAMPLES_PER_FRAME, OnnxStages, Prosody
 from kokoro_tts.phonemes import Phonemizer
 from kokoro_tts.text_chunks import split_utterance
@@ -50,7 +52,7 @@ def main() -> None:
     plan = WindowPlan()
     with tempfile.TemporaryDirectory(prefix="kokoro-stages-") as tmp:
         front, decoder, floats = Path(tmp) / "front.onnx", Path(tmp) / "decoder.onnx", Path(tmp) / "float.onnx"
-        derive_stage_graphs(layout.onnx_path, front, decoder)
+        derive_stage_graphs(layout.onnx_path, front, decoder, conv_as_matmul=exact_int8_dot_products())
         onnx.save(dequantize(onnx.load(str(layout.onnx_path))), str(floats))
         whole = OnnxBackend(layout.onnx_path, device="cpu", threads=args.threads, stage_paths=(front, decoder))
         shipped = OnnxBackend(layout.onnx_path, device="cpu", threads=args.threads)

@@ -128,7 +128,7 @@ def _derive_stages(args: argparse.Namespace) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 1
     done = "derived" if result.derived else "already derived and listed in the manifest:"
-    print(f"{done} {result.front.name}, {result.decoder.name} in {args.dest}")
+    print(f"{done} {', '.join(path.name for path in result.paths)} in {args.dest}")
     return 0
 
 

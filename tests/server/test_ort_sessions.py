@@ -1,14 +1,17 @@
 """How the server runs onnxruntime (backends/ort_sessions.py): a graph loaded for a job alone on every core and
-for jobs side by side, one core each, giving the same audio."""
+for jobs side by side, one core each, giving the same audio; the stage graphs' int8 build only on a CPU that
+computes it exactly."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import numpy as np
-from kokoro_tts.backends.ort_sessions import RUN_OPTIONS, SessionPair
+import pytest
+from kokoro_tts.backends import onnx as onnx_backend
+from kokoro_tts.backends.ort_sessions import RUN_OPTIONS, SessionPair, exact_int8_dot_products
 from kokoro_tts.backends.threads import run_as
-from kokoro_tts.weights.layout import DECODER_GRAPH
+from kokoro_tts.weights.layout import DECODER_GRAPH, DECODER_GRAPH_VNNI, FRONT_GRAPH, FRONT_GRAPH_VNNI
 
 
 def test_a_job_alone_gets_every_core_and_jobs_side_by_side_one_each(model_dir: Path) -> None:
@@ -34,3 +37,35 @@ def test_a_job_alone_gets_every_core_and_jobs_side_by_side_one_each(model_dir: P
 def test_one_worker_or_a_set_thread_count_loads_the_graph_once(model_dir: Path) -> None:
     pair = SessionPair(model_dir / DECODER_GRAPH, threads=1, parallel=2, providers=["CPUExecutionProvider"])
     assert pair.get() is run_as(pair.get, alone=False)
+
+
+@pytest.mark.parametrize(
+    ("flags", "exact"),
+    [
+        ("fpu sse2 avx2 fma avx512f avx512bw avx512_vnni", True),  # Ice Lake, Sapphire Rapids, Zen 4
+        ("fpu sse2 avx2 fma avx_vnni", True),  # Alder Lake
+        ("fpu sse2 avx2 fma avx512f avx512bw", False),  # Skylake-SP: vpmaddubsw saturates
+        ("fpu sse2 avx2 fma", False),  # Zen 2/3, Haswell
+    ],
+)
+def test_int8_dot_products_are_exact_only_with_vnni(tmp_path: Path, flags: str, exact: bool) -> None:
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text(f"processor\t: 0\nmodel name\t: x\nflags\t\t: {flags}\n\nprocessor\t: 1\nflags\t\t: {flags}\n")
+    assert exact_int8_dot_products(cpuinfo) is exact
+    assert not exact_int8_dot_products(tmp_path / "absent")  # not Linux: the portable build
+
+
+@pytest.mark.parametrize("exact", [True, False])
+def test_the_backend_runs_the_int8_build_only_where_it_is_exact(
+    model_dir: Path, monkeypatch: pytest.MonkeyPatch, exact: bool
+) -> None:
+    monkeypatch.setattr(onnx_backend, "exact_int8_dot_products", lambda: exact)
+    loaded: list[str] = []
+    monkeypatch.setattr(onnx_backend, "OnnxStages", lambda *paths, **_: loaded.extend(p.name for p in paths[:2]))
+    onnx_backend.OnnxBackend(
+        model_dir / "kokoro.onnx",
+        device="cpu",
+        stage_paths=(model_dir / FRONT_GRAPH, model_dir / DECODER_GRAPH),
+        int8_stage_paths=(model_dir / FRONT_GRAPH_VNNI, model_dir / DECODER_GRAPH_VNNI),
+    )
+    assert loaded == ([FRONT_GRAPH_VNNI, DECODER_GRAPH_VNNI] if exact else [FRONT_GRAPH, DECODER_GRAPH])

@@ -57,13 +57,14 @@ class Backend(Protocol):
 
 
 def load_backend(settings: Settings) -> Backend:
-    from ..weights.layout import DECODER_GRAPH, FRONT_GRAPH, WeightLayout
+    from ..weights.layout import DECODER_GRAPH, DECODER_GRAPH_VNNI, FRONT_GRAPH, FRONT_GRAPH_VNNI, WeightLayout
 
     layout = WeightLayout(settings.model_dir)
     if settings.backend == "onnx":
         from .onnx import OnnxBackend
 
         stages = (layout.root / FRONT_GRAPH, layout.root / DECODER_GRAPH)
+        int8_stages = (layout.root / FRONT_GRAPH_VNNI, layout.root / DECODER_GRAPH_VNNI)
         have_stages = all(path.is_file() for path in stages)
         if not have_stages:
             log.warning("the layout has no stage graphs (kokoro-weights derive-stages): whole chunks, no windows")
@@ -74,6 +75,7 @@ def load_backend(settings: Settings) -> Backend:
             threads=settings.threads,
             stage_paths=stages if have_stages else None,
             workers=settings.workers,
+            int8_stage_paths=int8_stages if all(path.is_file() for path in int8_stages) else None,
         )
     if settings.backend == "torch":
         from .torch import TorchBackend

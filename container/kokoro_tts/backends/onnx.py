@@ -2,20 +2,24 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort
 
-from .ort_sessions import RUN_OPTIONS, SessionPair
+from .ort_sessions import RUN_OPTIONS, SessionPair, exact_int8_dot_products
 from .stages import OnnxStages
+
+log = logging.getLogger(__name__)
 
 
 class OnnxBackend:
-    """With the layout's derived stage graphs (``stage_paths``): ``stages`` (the prosody front and the vocoder's
-    generator, for windowed decoding: engine.py), and ``synthesize`` runs the same two on a whole chunk, so
-    windowing on and off differ only in the windows. Without them: the shipped monolithic graph."""
+    """With the layout's derived stage graphs (``stage_paths``; ``int8_stage_paths`` on a CPU that runs them
+    exactly): ``stages`` (the prosody front and the vocoder's generator, for windowed decoding: engine.py), and
+    ``synthesize`` runs the same two on a whole chunk, so windowing on and off differ only in the windows. Without
+    them: the shipped monolithic graph."""
 
     name = "onnx"
 
@@ -26,6 +30,7 @@ class OnnxBackend:
         threads: int = 0,
         stage_paths: tuple[Path, Path] | None = None,
         workers: int = 0,
+        int8_stage_paths: tuple[Path, Path] | None = None,
     ) -> None:
         available = ort.get_available_providers()
         want_cuda = device in ("auto", "cuda") and "CUDAExecutionProvider" in available
@@ -36,6 +41,10 @@ class OnnxBackend:
         self.parallel_jobs = workers or (1 if want_cuda else (os.cpu_count() or 1))
         self.device = "cuda" if want_cuda else "cpu"
         self.model_file = model_path.name
+        if stage_paths and int8_stage_paths and not want_cuda and exact_int8_dot_products():
+            stage_paths = int8_stage_paths  # the same integers, on the CPU's 8-bit dot products (ort_sessions.py)
+        if stage_paths:
+            log.info("stage graphs: %s", ", ".join(path.name for path in stage_paths))
         self.stages = OnnxStages(*stage_paths, threads, providers, self.parallel_jobs) if stage_paths else None
         if self.stages is None:  # with the stages the monolithic graph is not loaded: its memory is theirs
             self._session = SessionPair(model_path, threads, self.parallel_jobs, providers)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import re
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -45,6 +46,18 @@ def _share_one_cpu_arena(options: ort.SessionOptions) -> None:
             ort.create_and_register_allocator(cpu, None)
             _arena_made = True
     options.add_session_config_entry("session.use_env_allocators", "1")
+
+
+def exact_int8_dot_products(cpuinfo: Path = Path("/proc/cpuinfo")) -> bool:
+    """Whether onnxruntime's uint8 x int8 matrix product is exact and fast on this CPU: on x86 with VNNI (AVX512-VNNI,
+    AVX-VNNI) its kernel sums 8-bit products in 32 bits; without, it pairs them in 16 bits with saturation
+    (vpmaddubsw), so the stage graphs' int8 build (weights/layout.py) would not compute the export's integers.
+    Elsewhere (another OS, another architecture) the portable build is used."""
+    try:
+        flags = cpuinfo.read_text(errors="replace")
+    except OSError:
+        return False
+    return re.search(r"^flags\s*:.*\b(?:avx512_vnni|avx_vnni)\b", flags, re.MULTILINE) is not None
 
 
 def session(path: Path, threads: int = 0, providers: Sequence[str] = ("CPUExecutionProvider",)) -> ort.InferenceSession:

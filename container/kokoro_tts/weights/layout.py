@@ -5,9 +5,10 @@ ROOT/config.json         Kokoro's config.json ("vocab": phoneme → token id)
 ROOT/kokoro.onnx         the ONNX model
 ROOT/kokoro-v1_0.pth     optional torch weights (Hugging Face)
 ROOT/kokoro-v1_0-int8-derived.pth  optional torch weights derived from kokoro.onnx (`derive-torch`)
-ROOT/kokoro-stage-front-v3.onnx      optional: the front (prosody and the decoder's frame-rate blocks) cut from
-                                     kokoro.onnx (`derive-stages`)
-ROOT/kokoro-stage-generator-v3.onnx  optional: the vocoder's generator cut from kokoro.onnx (`derive-stages`)
+ROOT/kokoro-stage-front-dft.onnx  optional: the front (prosody and the decoder's frame-rate blocks) cut from
+                                  kokoro.onnx (`derive-stages`)
+ROOT/kokoro-stage-generator.onnx  optional: the vocoder's generator cut from kokoro.onnx (`derive-stages`)
+ROOT/kokoro-stage-*-vnni.onnx     optional: the same two, their convolutions as int8 matrix products
 ROOT/voices/<name>.bin   voice packs: little-endian float32, 510 × 256
 ROOT/manifest.json       {"model", "source", "files": {path: {"sha256", "bytes"}}}, written last
 ```
@@ -32,18 +33,16 @@ CONFIG = "config.json"
 ONNX = "kokoro.onnx"
 TORCH = "kokoro-v1_0.pth"
 DERIVED_TORCH = "kokoro-v1_0-int8-derived.pth"
-# The stage graphs' names count their derivations (scripts/weights/stage_graphs.py), so a layout derived by an
-# earlier one is derived again: v3 has its convolutions as integer matrix products, v2 (-dft) its STFT as a
-# convolution; the first cut (kokoro-front.onnx, kokoro-decoder.onnx) windowed the whole decoder.
-FRONT_GRAPH = "kokoro-stage-front-v3.onnx"
-DECODER_GRAPH = "kokoro-stage-generator-v3.onnx"
-EARLIER_STAGE_GRAPHS = (
-    "kokoro-front.onnx",
-    "kokoro-decoder.onnx",
-    "kokoro-stage-front.onnx",
-    "kokoro-stage-front-dft.onnx",
-    "kokoro-stage-generator.onnx",
-)
+# The stage graphs (scripts/weights/stage_graphs.py), built twice: as the export computes, and with every
+# convolution as a uint8 x int8 matrix product, the same integers on CPUs with 8-bit dot products (VNNI), faster
+# there; other x86 CPUs saturate that product (backends/ort_sessions.py picks).
+FRONT_GRAPH = "kokoro-stage-front-dft.onnx"
+DECODER_GRAPH = "kokoro-stage-generator.onnx"
+FRONT_GRAPH_VNNI = "kokoro-stage-front-dft-vnni.onnx"
+DECODER_GRAPH_VNNI = "kokoro-stage-generator-vnni.onnx"
+# What earlier derivations left, which derive-stages removes: the first cut (the whole decoder windowed) and a front
+# with the export's STFT.
+EARLIER_STAGE_GRAPHS = ("kokoro-front.onnx", "kokoro-decoder.onnx", "kokoro-stage-front.onnx")
 VOICES = "voices"
 MANIFEST = "manifest.json"
 
@@ -65,7 +64,8 @@ VOICE_NAMES: tuple[str, ...] = (
 
 # The only relative paths a manifest may name: nothing can point outside the layout (an older layout's manifest
 # still lists its earlier stage graphs).
-_FILES = (CONFIG, ONNX, TORCH, DERIVED_TORCH, FRONT_GRAPH, DECODER_GRAPH, *EARLIER_STAGE_GRAPHS)
+_STAGE_GRAPHS = (FRONT_GRAPH, DECODER_GRAPH, FRONT_GRAPH_VNNI, DECODER_GRAPH_VNNI, *EARLIER_STAGE_GRAPHS)
+_FILES = (CONFIG, ONNX, TORCH, DERIVED_TORCH, *_STAGE_GRAPHS)
 _PATH_RE = re.compile("^(?:" + "|".join(map(re.escape, _FILES)) + rf"|{VOICES}/[A-Za-z0-9_]+\.bin)$")
 _SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 CHUNK = 1 << 20
