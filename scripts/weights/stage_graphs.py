@@ -168,30 +168,25 @@ def conv_integer_as_matmul(graph: Any) -> None:
     """Replace each 1-D ``ConvInteger`` (uint8 input and weights, per-tensor zero points) by the same integer
     arithmetic as a ``MatMulInteger`` of uint8 activations by int8 weights: onnxruntime runs ConvInteger on its
     uint8 x uint8 path only, where uint8 x int8 has a kernel built on the CPU's dot-product instructions (VNNI),
-    with the weights packed once at load. Measured on 2 cores (AVX512-VNNI): the generator 1.4-1.7x faster, the
+    with the weights packed once at load. Measured on 2 cores (AVX512-VNNI): the generator 1.6-1.75x faster, the
     front 1.4x.
 
-    Per convolution: the input transposed to [B, T, C] and padded with its zero point (as ConvInteger pads), one
-    strided slice per kernel tap concatenated along channels (im2col: [B, T', K·C]), times the weights as [K·C, O]
-    less 128, with their zero point less 128 (q - z = (q - 128) - (z - 128): the same integers), and the int32
-    product transposed back to [B, O, T']. The result is the convolution's, bit for bit
-    (tests/server/test_vocoder_windows.py).
+    Per convolution: the input transposed to [B, T, C] and padded with its zero point (as ConvInteger pads), its
+    frames gathered per output frame and kernel tap (im2col: [B, T', K·C]; one Gather: 5-11 % faster than a Slice
+    per tap and a Concat), times the weights as [K·C, O] less 128, with their zero point less 128
+    (q - z = (q - 128) - (z - 128): the same integers), and the int32 product transposed back to [B, O, T'].
+    The result is the convolution's, bit for bit (tests/server/test_vocoder_windows.py).
     """
     import numpy as np
     from onnx import helper, numpy_helper
-
-    def constant(name: str, value: Any, dtype: Any = np.int64) -> str:
-        graph.initializer.append(numpy_helper.from_array(np.array(value, dtype), name))
-        return name
 
     constants = {init.name: numpy_helper.to_array(init) for init in graph.initializer}
     replaced: set[str] = set()
     for index, node in reversed(list(enumerate(graph.node))):
         if node.op_type != "ConvInteger" or len(node.input) != 4:
             continue
-        x, w_name, x_zero, w_zero_name = node.input
         attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
-        weight, w_zero = constants.get(w_name), constants.get(w_zero_name)
+        weight, w_zero = constants.get(node.input[1]), constants.get(node.input[3])
         if (
             weight is None
             or w_zero is None
@@ -202,46 +197,49 @@ def conv_integer_as_matmul(graph: Any) -> None:
             or attrs.get("auto_pad", b"NOTSET") != b"NOTSET"
         ):
             continue
-        _, channels, taps = weight.shape
-        (dilation,), (stride,) = attrs.get("dilations", [1]), attrs.get("strides", [1])
-        pad_before, pad_after = attrs.get("pads", [0, 0])
-        name = node.name or node.output[0]
-        replaced |= {w_name, w_zero_name}
-        signed = (weight.astype(np.int16) - 128).astype(np.int8).transpose(2, 1, 0).reshape(taps * channels, -1)
-        nodes = [helper.make_node("Transpose", [x], [f"{name}/time_major"], perm=[0, 2, 1])]
-        columns = f"{name}/time_major"
-        if pad_before or pad_after:
-            pads = constant(f"{name}/pads", [0, pad_before, 0, 0, pad_after, 0])
-            nodes.append(helper.make_node("Pad", [columns, pads, x_zero], [f"{name}/padded"]))
-            columns = f"{name}/padded"
-        if taps > 1 or stride > 1:
-            axes, steps = constant(f"{name}/axes", [1]), constant(f"{name}/steps", [stride])
-            span = dilation * (taps - 1)  # input frames an output frame reads past its first
-            slices = []
-            for tap in range(taps):
-                begin = tap * dilation
-                end = begin - span or np.iinfo(np.int64).max  # counted from the end: T' frames for any T
-                bounds = [constant(f"{name}/tap{tap}/begin", [begin]), constant(f"{name}/tap{tap}/end", [end])]
-                nodes.append(helper.make_node("Slice", [columns, *bounds, axes, steps], [f"{name}/tap{tap}"]))
-                slices.append(f"{name}/tap{tap}")
-            columns = f"{name}/im2col"
-            nodes.append(helper.make_node("Concat", slices, [columns], axis=2))
-        nodes += [
-            helper.make_node(
-                "MatMulInteger",
-                [
-                    columns,
-                    constant(f"{name}/weight_s8", signed, np.int8),
-                    x_zero,
-                    constant(f"{name}/weight_zero_s8", int(w_zero.reshape(())) - 128, np.int8),
-                ],
-                [f"{name}/product"],
-            ),
-            helper.make_node("Transpose", [f"{name}/product"], [node.output[0]], perm=[0, 2, 1]),
-        ]
+        replaced |= {node.input[1], node.input[3]}
+        nodes = _integer_matmul(graph, node, weight, int(w_zero.reshape(())), attrs)
         del graph.node[index]
         for offset, new_node in enumerate(nodes):
             graph.node.insert(index + offset, new_node)
     used = {name for node in graph.node for name in node.input}  # a zero point may be shared with other nodes
     for init in [i for i in graph.initializer if i.name in replaced - used]:
         graph.initializer.remove(init)
+
+
+def _integer_matmul(graph: Any, conv: Any, weight: Any, w_zero: int, attrs: dict[str, Any]) -> list[Any]:
+    """The nodes that compute ``conv`` (a ConvInteger) as a MatMulInteger (``conv_integer_as_matmul``); their
+    constants are added to ``graph``."""
+    import numpy as np
+    from onnx import helper, numpy_helper
+
+    x, _, x_zero, _ = conv.input
+    name = conv.name or conv.output[0]
+    _, channels, taps = weight.shape
+    (dilation,), (stride,) = attrs.get("dilations", [1]), attrs.get("strides", [1])
+    pad_before, pad_after = attrs.get("pads", [0, 0])
+    nodes: list[Any] = []
+
+    def constant(label: str, value: Any, dtype: Any = np.int64) -> str:
+        graph.initializer.append(numpy_helper.from_array(np.array(value, dtype), f"{name}/{label}"))
+        return f"{name}/{label}"
+
+    def add(op: str, inputs: list[str], output: str, **attributes: Any) -> str:
+        nodes.append(helper.make_node(op, inputs, [f"{name}/{output}"], **attributes))
+        return f"{name}/{output}"
+
+    columns = add("Transpose", [x], "time_major", perm=[0, 2, 1])
+    if pad_before or pad_after:
+        columns = add("Pad", [columns, constant("pads", [0, pad_before, 0, 0, pad_after, 0]), x_zero], "padded")
+    if taps > 1 or stride > 1:  # im2col in one Gather: output frame t takes input frames t·stride + tap·dilation
+        length = add("Shape", [columns], "length", start=1, end=2)
+        last = add("Squeeze", [add("Sub", [length, constant("span", [dilation * (taps - 1)])], "reach")], "last")
+        rows = add("Range", [constant("zero", 0), last, constant("stride", stride)], "rows")
+        rows = add("Unsqueeze", [rows, constant("axis", [1])], "column")
+        frames = add("Add", [rows, constant("taps", [[tap * dilation for tap in range(taps)]])], "frames")
+        gathered = add("Gather", [columns, frames], "gathered", axis=1)  # [B, T', K, C]
+        columns = add("Reshape", [gathered, constant("im2col_shape", [0, 0, -1])], "im2col")
+    signed = (weight.astype(np.int16) - 128).astype(np.int8).transpose(2, 1, 0).reshape(taps * channels, -1)
+    w_signed, w_zero_signed = constant("weight_s8", signed, np.int8), constant("weight_zero_s8", w_zero - 128, np.int8)
+    product = add("MatMulInteger", [columns, w_signed, x_zero, w_zero_signed], "product")
+    return [*nodes, helper.make_node("Transpose", [product], [conv.output[0]], perm=[0, 2, 1])]
