@@ -129,8 +129,9 @@ class FakeDecoder:
         return np.zeros((hi - lo) * SAMPLES_PER_FRAME, dtype=np.float32)
 
 
-# Measured on 2 cores: ~30 ms per call and ~7 ms per frame (the generator is ~3.5x faster than real time). The
-# quality cases decode the windows planned at this speed, so a loaded machine does not change what is measured.
+# The portable build's generator on 2 cores: ~30 ms per call and ~7 ms per frame, ~3.5x faster than real time (the
+# int8 build: ~5.5 ms per frame). The quality cases decode the windows planned at this speed, so a loaded machine
+# does not change what is measured.
 NOMINAL = (0.03, 0.007)
 
 
