@@ -25,7 +25,7 @@ import numpy as np
 import onnx
 from kokoro_tts.backends.onnx import OnnxBackend
 from kokoro_tts.backends.ort_sessions import exact_int8_dot_products
-from kokoro_tts.backends.stages import SAMPLES_PER_FRAME, OnnxStages, Prosody
+from kokoro_tts.backends.stages import SAMPLES_PER_FRAME, Prosody
 from kokoro_tts.phonemes import Phonemizer
 from kokoro_tts.text_chunks import split_utterance
 from kokoro_tts.vocoder_windows import DecoderSpeed, WindowPlan, decode_in_windows
@@ -57,7 +57,8 @@ def main() -> None:
         whole = OnnxBackend(layout.onnx_path, device="cpu", threads=args.threads, stage_paths=(front, decoder))
         shipped = OnnxBackend(layout.onnx_path, device="cpu", threads=args.threads)
         floating = OnnxBackend(floats, device="cpu", threads=args.threads)
-        stages = OnnxStages(front, decoder, threads=args.threads)
+        stages = whole.stages  # the same sessions the whole decode runs
+        assert stages is not None
         peer = _peer(layout, build_voices_npz(layout, Path(tmp) / "voices.npz"), "cpu", args.threads)
 
         sentences = split_utterance(REPLY)
