@@ -11,6 +11,7 @@ import av
 import httpx
 import numpy as np
 import pytest
+from support.listener import WhisperListener
 
 from scripts.speech import transcribe, word_errors
 
@@ -51,7 +52,8 @@ async def test_http2_streams_the_first_audio_well_before_the_end(server: Any) ->
     # Four sentences: the first leaves once it alone is synthesized, so it arrives in well under half the time.
     assert first_byte_at < 0.5 * total, f"first byte at {first_byte_at:.2f} s of {total:.2f} s"
     pcm = np.frombuffer(bytes(body), dtype="<i2")
-    assert word_errors(FOUR_SENTENCES, transcribe(pcm))[0] / 31 <= 0.1
+    # Whisper base: pocketsphinx errs 5-10 % on our speech by itself, which is this bound (it failed once at 4/31).
+    assert word_errors(FOUR_SENTENCES, WhisperListener.shared().transcribe(pcm))[0] / 31 <= 0.1
 
 
 def test_text_plain_body_over_http1(server: Any) -> None:
