@@ -271,7 +271,10 @@ class TTSEngine:
                 ids = decoding.batch.ids
                 prosody = stages.front(ids, request.voice.style(len(ids)), request.speed)
                 decoding.windows = ChunkWindows(
-                    partial(stages.decode, prosody), prosody.frames, self.window_plan, self.decoder_speed
+                    partial(stages.decode, prosody, pool=stages.norm_pool(request.voice.spec, ids, prosody)),
+                    prosody.frames,
+                    self.window_plan,
+                    self.decoder_speed,
                 )
                 decoding.words = batch_words(decoding.batch, prosody.durations, timing.cursor)
             windows = decoding.windows
@@ -300,8 +303,12 @@ class TTSEngine:
             style = request.voice.style(len(tokens))
             if self.windowed and (stages := self.backend.stages) is not None:
                 prosody = stages.front(tokens, style, request.speed)
+                pool = stages.norm_pool(request.voice.spec, tokens, prosody)
                 pieces += decode_in_windows(
-                    partial(stages.decode, prosody), prosody.frames, self.window_plan, speed=self.decoder_speed
+                    partial(stages.decode, prosody, pool=pool),
+                    prosody.frames,
+                    self.window_plan,
+                    speed=self.decoder_speed,
                 )
             else:
                 pieces.append(self.backend.synthesize(tokens, style, request.speed))

@@ -2,25 +2,24 @@
 
 Only the vocoder's generator is windowed (the front has run the decoder's frame-rate blocks on the whole chunk:
 backends/stages.py). Each window is decoded with ``left_context`` / ``right_context`` frames of the features on each
-side and the context's audio is cut off. Two things in the graph are not local: every AdaIN layer normalises over
-the time axis it is given, and the int8 export quantizes each activation with a scale taken from the whole tensor.
-So no finite context is exact; the context was chosen by sweeping it against the whole-chunk audio (log-mel L1 over
-three voices: 12 left / 6 right frames is as close as 20 / 10 were when the whole decoder was windowed; fewer
-frames drift further: tests/server/test_vocoder_windows.py holds the bound). The windows overlap by ``crossfade``
-frames and are cross-faded there, so a small difference in level between neighbours is spread over 25 ms instead
-of stepping at a sample. The harmonic source comes from the front for the whole chunk, so its phase runs on.
+side and the context's audio is cut off. What is not local in the generator is its AdaIN layers' normalisation
+over time: a window normalised by its own statistics sounds unlike the whole chunk, the more so the shorter it is
+(measured, 3 sentences x 3 voices: 2 windows 1.7 dB log-mel L1, 3 windows 3.4 dB, 6 windows 3.6 dB; with the whole
+chunk's statistics fed in, 0.9 dB for any count, the int8 model's own noise floor). So a chunk's windows share
+their statistics (``NormPool``: pooled from a prior and the windows before, backends/stages.py), and then the
+context matters little: 2 left / 1 right frames measured as close as 12 / 6 (1.4-1.8 dB over 6 windows). The
+windows overlap by ``crossfade`` frames and are cross-faded there, so a small difference in level between
+neighbours is spread over 25 ms instead of stepping at a sample. The harmonic source comes from the front for the
+whole chunk, so its phase runs on.
 
 Window sizes are planned so that playback, once started, never runs dry inside a chunk: a listener hearing
 "Thanks for —" then half a second of silence is worse off than one who waits 100 ms more for fluent speech. The
 first window is the smallest from ``first`` up after which the later windows, each the largest whose decoding
 (context included, at the speed learnt so far: ``DecoderSpeed``) ends within ``margin`` of the audio queued
-ahead of it, keep up (``first_size``). A chunk has few windows (``windows``: two, or one per 2.5 s of a longer
-chunk), because a short window also sounds less like the whole chunk: AdaIN normalises over the window, and a
-40-frame window's statistics are not the chunk's. Measured over 3 sentences x 3 voices, log-mel L1 against the
-whole-chunk audio: 2 windows 2.1 dB, 3 windows 3.2 dB, 4 windows 4.2 dB. The float generator does the same, so
-it is the normalisation, not the int8 rounding. With two windows the first is about 30 % of the chunk (its
-decoding must outlast the rest's). When not even that keeps up (a loaded machine), the first window is ``first``
-and the rest follows in one window: one gap, at the least compute. So it is under load: a stream whose windows
+ahead of it, keep up (``first_size``). A chunk has a few windows (``windows``: three, or one per 1.25 s of a longer
+chunk): each one costs its context and a call, and with three or four the first is 5-10 % of a sentence (a
+1.5-s sentence's first window: 6-11 frames). When not even that keeps up (a loaded machine), the first window is
+``first`` and the rest follows at once: one gap, at the least compute. So it is under load: a stream whose windows
 take turns with k others' gets a k-th of the decoder (``share``), its first window stays ``first``, and its first
 audio comes as soon as the sessions ahead of it allow.
 """
@@ -90,19 +89,20 @@ class DecoderSpeed:
 class WindowPlan:
     """Window sizes in aligned frames (25 ms each) and the context decoded around each window."""
 
-    first: int = 8  # 200 ms: the smallest first window (the first audio waits for this window only)
+    first: int = 6  # 150 ms: the smallest first window (the first audio waits for this window only)
     growth: float = 4.0  # unpaced (``bounds``): each later window this many times the one before...
     largest: int = 400  # ...up to 10 s, so a long chunk still yields audio steadily
-    left_context: int = 12
-    right_context: int = 6
+    left_context: int = 2
+    right_context: int = 1
     crossfade: int = 1
     margin: float = 0.85  # a paced window must be done within this share of the audio queued ahead of it
     least: int = 4  # a paced window smaller than this could not keep up: the context would cost more than its audio
-    frames_per_window: int = 100  # a chunk has at most one window per 2.5 s, two at least: the module docstring
+    frames_per_window: int = 50  # a chunk has at most one window per 1.25 s, three at least: the module docstring
+    fewest: int = 3
 
     def windows(self, frames: int) -> int:
         """The most windows a chunk of ``frames`` is decoded in (the last takes the rest)."""
-        return max(2, frames // self.frames_per_window)
+        return max(self.fewest, frames // self.frames_per_window)
 
     @property
     def context(self) -> int:
@@ -155,9 +155,8 @@ class WindowPlan:
 
     def first_size(self, frames: int, speed: DecoderSpeed, queued_s: float = 0.0, share: float = 1.0) -> int:
         """The first window: the largest that fits the audio queued ahead when paced windows keep up after it; else
-        the smallest from ``first`` up after which they do (``paced_cost``), or up to a quarter larger when that
-        saves decoding (fewer windows, less context); ``first`` when none up to half the chunk keeps up, or while
-        the speed is unknown."""
+        the smallest from ``first`` up after which they do (``paced_cost``); ``first`` when none up to half the
+        chunk keeps up, or while the speed is unknown."""
         if not speed.known:
             return self.first
         fits = self.paced_size(queued_s, speed, share)
@@ -165,12 +164,8 @@ class WindowPlan:
             return fits
         for smallest in range(self.first, max(self.first, frames // 2) + 1):  # more than half: hardly windowed
             if self.paced_cost(smallest, frames, speed, queued_s, share) is not None:
-                break
-        else:
-            return self.first
-        larger = range(smallest, smallest * 5 // 4 + 1)
-        costs = {size: self.paced_cost(size, frames, speed, queued_s, share) for size in larger}
-        return min((cost, size) for size, cost in costs.items() if cost is not None)[1]
+                return smallest
+        return self.first
 
     def span(self, start: int, stop: int, frames: int) -> tuple[int, int]:
         """The frames decoded for window [start, stop): the window, the crossfade, and the context."""

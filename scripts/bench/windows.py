@@ -25,7 +25,7 @@ import numpy as np
 import onnx
 from kokoro_tts.backends.onnx import OnnxBackend
 from kokoro_tts.backends.ort_sessions import exact_int8_dot_products
-from kokoro_tts.backends.stages import SAMPLES_PER_FRAME, Prosody
+from kokoro_tts.backends.stages import SAMPLES_PER_FRAME, NormPool, Prosody
 from kokoro_tts.phonemes import Phonemizer
 from kokoro_tts.text_chunks import split_utterance
 from kokoro_tts.vocoder_windows import DecoderSpeed, WindowPlan, decode_in_windows
@@ -75,7 +75,8 @@ def main() -> None:
         whole.synthesize(inputs[0][1], inputs[0][2], 1.0)
         shipped.synthesize(inputs[0][1], inputs[0][2], 1.0)
         warm = stages.front(inputs[0][1], inputs[0][2], 1.0)  # the engine's warm-up: the decoder's speed is known
-        list(decode_in_windows(partial(stages.decode, warm), warm.frames, plan, speed=speed))
+        warm_pool = stages.norm_pool(VOICE, inputs[0][1], warm)
+        list(decode_in_windows(partial(stages.decode, warm, pool=warm_pool), warm.frames, plan, speed=speed))
         for _ in range(args.trials):
             for text, tokens, style in inputs:
                 started = time.perf_counter()
@@ -86,9 +87,11 @@ def main() -> None:
                 prosody = stages.front(tokens, style, 1.0)
                 arrivals = []  # (seconds since the request, seconds of audio) per window
 
-                def decode(lo: int, hi: int, prosody: Prosody = prosody) -> np.ndarray:
+                pool = stages.norm_pool(VOICE, tokens, prosody)
+
+                def decode(lo: int, hi: int, prosody: Prosody = prosody, pool: NormPool = pool) -> np.ndarray:
                     decoded[0] += hi - lo
-                    return stages.decode(prosody, lo, hi)
+                    return stages.decode(prosody, lo, hi, pool)
 
                 decoded[1] += prosody.frames
                 # As the engine does: the first window is planned from the speed learnt on the chunks before.

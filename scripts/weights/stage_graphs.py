@@ -15,7 +15,15 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from kokoro_tts.backends.stages import DECODER_INPUTS, FRONT_OUTPUTS
+from kokoro_tts.backends.ort_sessions import exact_int8_dot_products
+from kokoro_tts.backends.stages import (
+    DECODER_INPUTS,
+    FRONT_OUTPUTS,
+    SILENT_TOKENS,
+    NormPool,
+    OnnxStages,
+    silent_fraction,
+)
 from kokoro_tts.weights.layout import (
     DECODER_GRAPH,
     DECODER_GRAPH_VNNI,
@@ -23,6 +31,7 @@ from kokoro_tts.weights.layout import (
     FRONT_GRAPH,
     FRONT_GRAPH_VNNI,
     MANIFEST,
+    NORM_PRIORS,
     Manifest,
     WeightLayout,
     hash_file,
@@ -47,8 +56,12 @@ class StagesResult:
     derived: bool
 
     @property
+    def priors(self) -> Path:
+        return self.front.with_name(NORM_PRIORS)
+
+    @property
     def paths(self) -> tuple[Path, ...]:
-        return self.front, self.decoder, self.front_vnni, self.decoder_vnni
+        return self.front, self.decoder, self.front_vnni, self.decoder_vnni, self.priors
 
 
 def derive_stages(dest: str | Path, force: bool = False) -> StagesResult:
@@ -69,12 +82,58 @@ def derive_stages(dest: str | Path, force: bool = False) -> StagesResult:
     layout.verify(full=False)
     derive_stage_graphs(layout.onnx_path, result.front, result.decoder)
     derive_stage_graphs(layout.onnx_path, result.front_vnni, result.decoder_vnni, conv_as_matmul=True)
+    exact = exact_int8_dot_products()  # the faster build measures the same statistics, to float rounding
+    derive_norm_priors(
+        layout,
+        result.front_vnni if exact else result.front,
+        result.decoder_vnni if exact else result.decoder,
+        result.priors,
+    )
     files = {name: entry for name, entry in manifest.files.items() if name not in EARLIER_STAGE_GRAPHS}
     files |= {path.name: hash_file(path) for path in result.paths}
     write_atomic(layout.root / MANIFEST, Manifest(source=manifest.source, files=files, model=manifest.model).to_json())
     for name in EARLIER_STAGE_GRAPHS:  # unlisted first: a layout is never left listing a file it lacks
         (layout.root / name).unlink(missing_ok=True)
     return result
+
+
+# The sentence each voice's priors are measured on (backends/stages.py: NormPool): ordinary English, about 5 s;
+# its first frames (the leading pad) are the silence.
+PRIOR_TEXT = "Thanks for calling. I can check on your order, and tell you when it will arrive at your door."
+PRIOR_SILENCE_FRAMES = 12
+SILENT_MARKS = ',.!?;:—…"()“”'  # punctuation: Kokoro pauses on it
+
+
+def derive_norm_priors(layout: WeightLayout, front: Path, decoder: Path, dest: Path) -> None:
+    """Each voice's priors for the generator's norm pool: the instance-norm statistics of silence (the reference's
+    leading frames) and of speech (the reference decoded whole, less its silent share), [2, 2, C] per voice in
+    ``dest`` (an .npz, with the silent tokens; English phonemes for every voice: a prior only)."""
+    import numpy as np
+    from kokoro_tts.phonemes import Phonemizer
+    from kokoro_tts.voices import VoiceBank
+
+    vocab = layout.config()["vocab"]
+    voices, phonemizer = VoiceBank(layout), Phonemizer(vocab)
+    silent = [vocab[mark] for mark in SILENT_MARKS if mark in vocab]
+    stages = OnnxStages(front, decoder)
+    (tokens,) = phonemizer.token_batches(phonemizer.phonemes(PRIOR_TEXT, "a"))
+    priors: dict[str, Any] = {SILENT_TOKENS: np.array(silent, dtype=np.int64)}
+    for name in voices.names:
+        prosody = stages.front(tokens, voices.resolve(name).style(len(tokens)), 1.0)
+        silence, whole = NormPool(), NormPool()  # empty: each normalises by its own statistics, and keeps them
+        stages.decode(prosody, 0, PRIOR_SILENCE_FRAMES, pool=silence)
+        stages.decode(prosody, pool=whole)
+        assert silence.moments is not None and whole.moments is not None
+        share = silent_fraction(tokens, prosody.durations, silent)
+        speech = (whole.moments - share * silence.moments) / (1.0 - share)
+        priors[name] = np.stack([silence.moments, speech])
+    tmp = dest.with_name(f".{dest.name}.part.npz")
+    try:
+        np.savez(tmp, **priors)
+        os.replace(tmp, dest)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def derive_stage_graphs(
@@ -98,6 +157,9 @@ def derive_stage_graphs(
             conv_integer_as_matmul(graph.graph)
         for name, tensor in CUT.items():
             _rename(graph.graph, tensor, name)
+        if path == decoder:
+            norm_statistics_as_inputs(graph)
+            _sort_topologically(graph.graph)
         tmp = path.with_name(f".{path.name}.part")
         try:
             onnx.save(graph, str(tmp))
@@ -243,3 +305,173 @@ def _integer_matmul(graph: Any, conv: Any, weight: Any, w_zero: int, attrs: dict
     w_signed, w_zero_signed = constant("weight_s8", signed, np.int8), constant("weight_zero_s8", w_zero - 128, np.int8)
     product = add("MatMulInteger", [columns, w_signed, x_zero, w_zero_signed], "product")
     return [*nodes, helper.make_node("Transpose", [product], [conv.output[0]], perm=[0, 2, 1])]
+
+
+def norm_statistics_as_inputs(model: Any) -> int:
+    """Let the generator's AdaIN layers normalise with statistics pooled over more than the frames they are given:
+    a window of a chunk (vocoder_windows.py) then normalises nearly as the whole chunk does. Returns the channels in
+    all (``C``: the layers' channel counts summed, in graph order).
+
+    Every instance norm of the export is ``m = ReduceMean(x)``, ``d = x - m``, ``s = ReduceMean(d * d)``,
+    ``d / Sqrt(s + eps)`` over time. Given ``norm_moments`` [2, C] (the mean and the mean square of ``x`` over what
+    came before: a voice's prior, earlier windows) and ``norm_share`` [1] (this window's weight in the pool), each
+    layer uses ``u = share·m + (1 - share)·mean_before`` for ``m`` and the pooled mean square about ``u`` for ``s``;
+    ``window_moments`` [2, C] returns the window's own mean and mean square for the next pool. With ``norm_share`` 1
+    every layer computes what the export does, bit for bit (x·1 + 0 is x).
+    """
+    import numpy as np
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+
+    graph = model.graph
+    consumers: dict[str, list[Any]] = {}
+    for node in graph.node:
+        for name in dict.fromkeys(node.input):  # a node squaring its input is its consumer once
+            consumers.setdefault(name, []).append(node)
+    layers = []  # (mean node, its Sub, the variance node, the Add of eps)
+    for node in graph.node:
+        if node.op_type != "ReduceMean":
+            continue
+        subs = [c for c in consumers.get(node.output[0], []) if c.op_type == "Sub" and c.input[1] == node.output[0]]
+        if len(subs) != 1 or subs[0].input[0] != node.input[0]:
+            continue
+        deviation = subs[0].output[0]
+        squares = [c for c in consumers[deviation] if c.op_type == "Mul" and list(c.input) == [deviation, deviation]]
+        spread = [c for s in squares for c in consumers[s.output[0]] if c.op_type == "ReduceMean"]
+        eps = [c for s in spread for c in consumers[s.output[0]] if c.op_type == "Add"]
+        if len(squares) == len(spread) == len(eps) == 1:
+            layers.append((node, subs[0], spread[0], eps[0]))
+    # The channels of each layer: one run of the graph on a few frames, the means as outputs.
+    probe = type(model)()
+    probe.CopyFrom(model)
+    probe.graph.output.extend(
+        helper.make_tensor_value_info(mean.output[0], TensorProto.FLOAT, None) for mean, *_ in layers
+    )
+    frames = 4
+    feeds = {
+        "features": np.zeros((1, 512, 2 * frames), np.float32),
+        "harmonics": np.zeros((1, 22, 120 * frames + 1), np.float32),
+        "style": np.zeros((1, 256), np.float32),
+    }
+    session = ort.InferenceSession(probe.SerializeToString(), providers=["CPUExecutionProvider"])
+    means = session.run([mean.output[0] for mean, *_ in layers], feeds)
+    channels = [int(m.shape[1]) for m in means]
+
+    nodes: list[Any] = []
+
+    def add(op: str, inputs: list[str], output: str, **attributes: Any) -> str:
+        nodes.append(helper.make_node(op, inputs, [output], **attributes))
+        return output
+
+    def constant(name: str, value: Any, dtype: Any = np.int64) -> str:
+        graph.initializer.append(numpy_helper.from_array(np.array(value, dtype), name))
+        return name
+
+    graph.input.extend(
+        [
+            helper.make_tensor_value_info("norm_moments", TensorProto.FLOAT, [2, sum(channels)]),
+            helper.make_tensor_value_info("norm_share", TensorProto.FLOAT, [1]),
+        ]
+    )
+    rest = add("Sub", [constant("norms/one", [1.0], np.float32), "norm_share"], "norms/rest")
+    two = constant("norms/two", 2.0, np.float32)
+    own_means: list[str] = []
+    own_squares: list[str] = []
+    offset = 0
+    for (mean, sub, spread, eps), count in zip(layers, channels, strict=True):
+        p = f"norms/{len(own_means)}"
+        shape = constant(f"{p}/shape", [1, count, 1])
+        before = [
+            add(
+                "Reshape",
+                [
+                    add(
+                        "Slice",
+                        [
+                            "norm_moments",
+                            constant(f"{p}/starts{row}", [row, offset]),
+                            constant(f"{p}/ends{row}", [row + 1, offset + count]),
+                            constant(f"{p}/axes", [0, 1]) if row == 0 else f"{p}/axes",
+                        ],
+                        f"{p}/slice{row}",
+                    ),
+                    shape,
+                ],
+                f"{p}/before{row}",
+            )
+            for row in (0, 1)
+        ]
+        m = mean.output[0]
+        used = add(
+            "Add",
+            [add("Mul", [m, "norm_share"], f"{p}/own_part"), add("Mul", [before[0], rest], f"{p}/before_part")],
+            f"{p}/used",
+        )
+        sub.input[1] = used
+        s = spread.output[0]
+        # The mean square about ``used`` of what came before, and the pool's.
+        before_spread = add(
+            "Sub",
+            [
+                before[1],
+                add(
+                    "Mul",
+                    [used, add("Sub", [add("Mul", [before[0], two], f"{p}/twice_before"), used], f"{p}/lever")],
+                    f"{p}/cross",
+                ),
+            ],
+            f"{p}/before_spread",
+        )
+        pooled = add(
+            "Add",
+            [add("Mul", [s, "norm_share"], f"{p}/own_spread"), add("Mul", [before_spread, rest], f"{p}/rest_spread")],
+            f"{p}/pooled",
+        )
+        eps.input[:] = [pooled if name == s else name for name in eps.input]
+        own_square = add(
+            "Add",
+            [
+                s,
+                add(
+                    "Mul",
+                    [used, add("Sub", [add("Mul", [m, two], f"{p}/twice_own"), used], f"{p}/own_lever")],
+                    f"{p}/own_cross",
+                ),
+            ],
+            f"{p}/own_square",
+        )
+        flat = constant(f"{p}/flat", [1, count])
+        own_means.append(add("Reshape", [m, flat], f"{p}/own_mean_row"))
+        own_squares.append(add("Reshape", [own_square, flat], f"{p}/own_square_row"))
+        offset += count
+    rows = [add("Concat", own_means, "norms/means", axis=1), add("Concat", own_squares, "norms/squares", axis=1)]
+    add("Concat", rows, "window_moments", axis=0)
+    graph.node.extend(nodes)
+    graph.output.append(helper.make_tensor_value_info("window_moments", TensorProto.FLOAT, [2, sum(channels)]))
+    return sum(channels)
+
+
+def _sort_topologically(graph: Any) -> None:
+    """Order ``graph``'s nodes so each comes after the nodes making its inputs (rewrites append theirs at the end)."""
+    made_by = {output: index for index, node in enumerate(graph.node) for output in node.output}
+    nodes, placed, order = list(graph.node), set(), []
+
+    def place(index: int) -> None:
+        stack = [(index, False)]
+        while stack:
+            at, ready = stack.pop()
+            if at in placed:
+                continue
+            if ready:
+                placed.add(at)
+                order.append(nodes[at])
+                continue
+            stack.append((at, True))
+            stack.extend(
+                (made_by[name], False) for name in nodes[at].input if name in made_by and made_by[name] not in placed
+            )
+
+    for index in range(len(nodes)):
+        place(index)
+    del graph.node[:]
+    graph.node.extend(order)

@@ -6,14 +6,19 @@ Why these bounds (measured on this export, tests' sentences and voices, 2 CPU co
   its audio by 0.8 dB log-mel L1 (SNR 17 dB), and the same decoder with its weights dequantized to float differs
   from it by 1.0 dB (SNR 12–15 dB). That is the error the shipped model already carries.
 - Windowing is not bit-exact because every AdaIN layer normalises over the frames it is given (and the int8
-  graph takes each activation's quantization scale from the whole tensor): a window sees its own statistics.
-  Measured: 1.5–1.9 dB log-mel L1 with the default plan at the 2-core speed (``NOMINAL``), about twice the
-  quantization error; the bound is 2.5 dB (2.5 × the quantization error), so a real regression (a lost phase, a
-  misplaced window, a missing crossfade: 3.5 dB and more) fails.
-- The distance depends on where the chunk is split: a first window of 70–140 of ~200 frames measured 1.8–3.5 dB
-  (bf_emma worst: the short last window's statistics). The plan follows the decoder's speed, so the cases are
-  decoded on a clock that runs at ``NOMINAL`` (``FakeDecoder``): on a loaded machine the learnt speed moved the
-  split and one case to 2.8 dB, which is the plan's doing, not a regression.
+  graph takes each activation's quantization scale from the whole tensor). With the whole chunk's statistics fed
+  in, windows of any size and count come within 0.9 dB of it: the statistics are the whole difference. The server
+  pools them over a chunk's windows, from a prior mixed of the voice's silence and speech (backends/stages.py):
+  measured 1.6-2.0 dB log-mel L1 on these cases with the default plan at the 2-core speed (``NOMINAL``: 3-4
+  windows, the first 9-18 frames), about twice the quantization error. Each window normalised by its own
+  statistics measures 2.3-3.9 dB. The bound is 2.5 dB (2.5 x the quantization error), so a real regression (a
+  lost phase, a misplaced window, a missing crossfade, the pool not applied) fails.
+- The plan follows the decoder's speed, so the cases are decoded on a clock that runs at ``NOMINAL``
+  (``FakeDecoder``): on a loaded machine the learnt speed would move the split, which is the plan's doing, not a
+  regression.
+- A short chunk that is mostly silence ("Hello!": 40-55 frames, half of them pads and punctuation) pools its own
+  windows only (no prior fits it): 2.7-3.6 dB, where the earlier two windows with 12/6 frames of context measured
+  2.3-3.4. Not a gate here: these cases are sentences.
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ from kokoro_tts.backends.onnx import OnnxBackend
 from kokoro_tts.backends.ort_sessions import exact_int8_dot_products
 from kokoro_tts.backends.stages import SAMPLES_PER_FRAME, OnnxStages
 from kokoro_tts.phonemes import Phonemizer
-from kokoro_tts.vocoder_windows import FRAME_S, Decode, DecoderSpeed, WindowPlan, decode_in_windows
+from kokoro_tts.vocoder_windows import FRAME_S, ChunkWindows, Decode, DecoderSpeed, WindowPlan, decode_in_windows
 from kokoro_tts.voices import VoiceBank
 from kokoro_tts.weights.layout import EARLIER_STAGE_GRAPHS, MANIFEST, WeightLayout, hash_file
 from support.audio_metrics import log_mel_l1_db, seam_features
@@ -101,8 +106,8 @@ def test_the_int8_build_convolves_by_integer_matrix_products(derived: StagesResu
 
 
 @pytest.fixture(scope="module")
-def stages(stage_paths: tuple[Path, Path]) -> OnnxStages:
-    return OnnxStages(*stage_paths, threads=2)
+def stages(stage_paths: tuple[Path, Path], derived: StagesResult) -> OnnxStages:
+    return OnnxStages(*stage_paths, threads=2, priors=derived.priors)
 
 
 def speed_of(fixed_s: float, per_frame_s: float) -> DecoderSpeed:
@@ -148,7 +153,9 @@ def cases(model_dir: Path, stages: OnnxStages) -> list[Case]:
             style = voice.style(len(tokens))
             prosody = stages.front(tokens, style, 1.0)
             whole = stages.decode(prosody)
-            decoder = FakeDecoder(*NOMINAL, decode=partial(stages.decode, prosody))
+            decoder = FakeDecoder(
+                *NOMINAL, decode=partial(stages.decode, prosody, pool=stages.norm_pool(name, tokens, prosody))
+            )
             pieces = list(decode_in_windows(decoder, prosody.frames, PLAN, clock=decoder.clock, speed=speed))
             assert len(pieces) == PLAN.windows(prosody.frames)
             seams = list(np.cumsum([p.size for p in pieces])[:-1])
@@ -221,7 +228,7 @@ def test_window_plan_covers_the_chunk_and_starts_small() -> None:
         assert all(a[1] == b[0] for a, b in itertools.pairwise(bounds))
         assert bounds[0][1] - bounds[0][0] <= max(PLAN.first, PLAN.left_context) + PLAN.first
         assert all(hi - lo <= PLAN.largest + PLAN.left_context + PLAN.first for lo, hi in bounds)
-    assert [hi - lo for lo, hi in PLAN.bounds(179)] == [8, 32, 139]
+    assert [hi - lo for lo, hi in PLAN.bounds(179)] == [6, 24, 96, 53]
 
 
 def test_decoder_speed_learns_a_fixed_cost_and_a_cost_per_frame() -> None:
@@ -239,9 +246,9 @@ def test_paced_windows_fit_the_audio_queued_ahead() -> None:
     assert PLAN.paced_size(2.0, speed) == 170 - PLAN.context
     assert PLAN.paced_size(100.0, speed) == PLAN.largest
     # Behind playback (a loaded machine): no window fits (the engine then decodes the rest at once).
-    assert PLAN.paced_size(0.2, speed) == 0
+    assert PLAN.paced_size(0.05, speed) == 0
     assert PLAN.paced_size(-1.0, speed) == 0
-    assert PLAN.stop(0, 170, 179) == 179  # a 9-frame tail is merged, not decoded with 12 frames of context
+    assert PLAN.stop(0, 175, 179) == 179  # a 4-frame tail is merged: shorter than a first window
 
 
 def heard(plan: WindowPlan, frames: int, decoder: FakeDecoder, speed: DecoderSpeed) -> list[tuple[float, float]]:
@@ -259,11 +266,10 @@ def test_paced_windows_never_run_dry_inside_a_chunk(frames: int) -> None:
     arrivals = heard(PLAN, frames, decoder, speed)
     assert underruns(arrivals) == (0, 0.0), arrivals
     assert 1 <= len(arrivals) <= PLAN.windows(frames)
-    # The first window is as small as keeping up allows (or up to a quarter larger when that saves decoding), and
-    # the first audio comes well before the whole chunk's.
+    # The first window is as small as keeping up allows, and the first audio comes well before the whole chunk's.
     smallest = next(n for n in range(PLAN.first, frames // 2 + 2) if PLAN.paced_cost(n, frames, speed) is not None)
     first = round(arrivals[0][1] / FRAME_S)
-    assert first <= smallest * 5 // 4 or first == PLAN.stop(0, smallest, frames) == frames
+    assert first == PLAN.stop(0, smallest, frames)
     assert frames < 100 or arrivals[0][0] < 0.5 * (0.03 + 0.007 * frames)
 
 
@@ -271,7 +277,7 @@ def test_a_shared_decoder_plans_the_smallest_first_window() -> None:
     # Under load (8 streams taking turns on one decoder) no plan keeps up: the first window is the smallest, so
     # every stream's first audio comes as soon as the ones ahead of it allow.
     speed = speed_of(*NOMINAL)
-    assert PLAN.first_size(102, speed) > 2 * PLAN.first
+    assert PLAN.first_size(102, speed) > PLAN.first
     assert PLAN.first_size(102, speed, share=8.0) == PLAN.first
 
 
@@ -282,7 +288,7 @@ def test_fixed_growth_after_a_first_window_would_run_dry() -> None:
     arrivals, started = [], decoder.now
     for piece in decode_in_windows(decoder, 102, WindowPlan(first=12), paced=False, clock=decoder.clock):
         arrivals.append((decoder.now - started, piece.size / 24_000))
-    assert underruns(arrivals)[1] > 0.1
+    assert underruns(arrivals)[1] > 0.05
 
 
 def test_windowed_audio_matches_the_whole_chunk(cases: list[Case]) -> None:
@@ -299,6 +305,22 @@ def test_windows_without_context_would_fail_the_bound(stages: OnnxStages, cases:
     bare = WindowPlan(left_context=0, right_context=0, crossfade=0)
     audio = np.concatenate(list(decode_in_windows(partial(stages.decode, prosody), prosody.frames, bare, paced=False)))
     assert log_mel_l1_db(case.whole, audio) > 2.5
+
+
+def test_windows_without_the_pool_would_fail_the_bound(stages: OnnxStages, cases: list[Case]) -> None:
+    # The same windows, each normalised by its own statistics (no pool), are off by more than the bound.
+    distances = []
+    for case in cases:
+        prosody = stages.front(case.tokens, case.style, 1.0)
+        pieces, start = [], 0
+        for seam in [*case.seams, case.whole.size]:
+            pieces.append((start, seam // SAMPLES_PER_FRAME))
+            start = seam // SAMPLES_PER_FRAME
+        windows = iter(stop - start for start, stop in pieces)
+        own = ChunkWindows(partial(stages.decode, prosody), prosody.frames, PLAN)
+        audio = np.concatenate([own.decode(next(windows)) for _ in pieces])
+        distances.append(log_mel_l1_db(case.whole, audio))
+    assert np.mean(distances) > 2.5, distances
 
 
 def test_no_click_at_the_seams(cases: list[Case]) -> None:

@@ -19,8 +19,10 @@ import numpy as np
 from ..settings import Settings
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from ..weights.layout import WeightLayout
-    from .stages import Prosody
+    from .stages import NormPool, Prosody
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +32,9 @@ class Stages(Protocol):
 
     def front(self, tokens: list[int], style: np.ndarray, speed: float) -> Prosody: ...
 
-    def decode(self, prosody: Prosody, start: int = 0, stop: int | None = None) -> np.ndarray: ...
+    def decode(self, prosody: Prosody, start: int = 0, stop: int | None = None, pool: NormPool = ...) -> np.ndarray: ...
+
+    def norm_pool(self, voice: str, tokens: Sequence[int], prosody: Prosody) -> NormPool: ...
 
 
 class Backend(Protocol):
@@ -57,7 +61,14 @@ class Backend(Protocol):
 
 
 def load_backend(settings: Settings) -> Backend:
-    from ..weights.layout import DECODER_GRAPH, DECODER_GRAPH_VNNI, FRONT_GRAPH, FRONT_GRAPH_VNNI, WeightLayout
+    from ..weights.layout import (
+        DECODER_GRAPH,
+        DECODER_GRAPH_VNNI,
+        FRONT_GRAPH,
+        FRONT_GRAPH_VNNI,
+        NORM_PRIORS,
+        WeightLayout,
+    )
 
     layout = WeightLayout(settings.model_dir)
     if settings.backend == "onnx":
@@ -76,6 +87,7 @@ def load_backend(settings: Settings) -> Backend:
             stage_paths=stages if have_stages else None,
             workers=settings.workers,
             int8_stage_paths=int8_stages if all(path.is_file() for path in int8_stages) else None,
+            norm_priors=layout.root / NORM_PRIORS,
         )
     if settings.backend == "torch":
         from .torch import TorchBackend

@@ -31,6 +31,7 @@ class OnnxBackend:
         stage_paths: tuple[Path, Path] | None = None,
         workers: int = 0,
         int8_stage_paths: tuple[Path, Path] | None = None,
+        norm_priors: Path | None = None,
     ) -> None:
         available = ort.get_available_providers()
         want_cuda = device in ("auto", "cuda") and "CUDAExecutionProvider" in available
@@ -45,7 +46,9 @@ class OnnxBackend:
             stage_paths = int8_stage_paths  # the same integers, on the CPU's 8-bit dot products (ort_sessions.py)
         if stage_paths:
             log.info("stage graphs: %s", ", ".join(path.name for path in stage_paths))
-        self.stages = OnnxStages(*stage_paths, threads, providers, self.parallel_jobs) if stage_paths else None
+        self.stages = (
+            OnnxStages(*stage_paths, threads, providers, self.parallel_jobs, norm_priors) if stage_paths else None
+        )
         if self.stages is None:  # with the stages the monolithic graph is not loaded: its memory is theirs
             self._session = SessionPair(model_path, threads, self.parallel_jobs, providers)
             # Exports differ in naming (the PyPI mirror: tokens → audio; onnx-community: input_ids → waveform).

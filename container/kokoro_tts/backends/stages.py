@@ -16,11 +16,20 @@ The export has no random nodes (its sine generator draws no random initial phase
 two stages as cut reproduce the monolithic graph bit for bit (tests/server/test_vocoder_windows.py). The graphs are
 derived with onnx's own extractor at ``make weights`` time (scripts/weights/stage_graphs.py), which also makes the
 front's STFT a convolution (faster; the same transform to float rounding: docs/weights.md).
+
+Every AdaIN layer of the generator normalises over the time axis it is given, so a window decoded alone would be
+normalised by its own statistics, not the chunk's: that, not the convolutions' reach, is what made short windows
+sound unlike the whole chunk (measured: with the whole chunk's statistics fed in, windows of any size and count
+come within 0.9 dB log-mel L1 of it, the int8 model's own noise floor). The derived generator therefore takes the
+statistics to pool with (``norm_moments``, ``norm_share``) and returns its window's own (``window_moments``):
+``NormPool`` carries them from window to window, starting from the voice's prior (its statistics over a reference
+sentence, measured at ``make weights`` time), so the first window is normalised nearly as the chunk will be.
+Decoding with no pool (a whole chunk) is the export's arithmetic, bit for bit.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,6 +43,15 @@ HARMONIC_PER_FRAME = 120  # STFT frames of the harmonic source per aligned frame
 
 FRONT_OUTPUTS = ("features", "durations", "harmonics")
 DECODER_INPUTS = ("features", "harmonics", "style")
+NORM_INPUTS = ("norm_moments", "norm_share")  # added by the derivation (scripts/weights/stage_graphs.py)
+NORM_OUTPUT = "window_moments"
+SILENT_TOKENS = "silent_tokens"  # the norm priors' file also lists the tokens spoken as silence
+# A voice's prior counts as this many aligned frames in a chunk's pool. Measured over 3 voices x 4 sentences, 3
+# windows, the prior from another sentence: 60 frames 1.4-2.1 dB log-mel L1 from the whole chunk, no prior 2.2-3.7.
+PRIOR_FRAMES = 60.0
+# A chunk that is mostly silence ("Hello!": its pads and punctuation take half its frames) is normalised unlike any
+# prior mixed from speech and silence (measured: 2.1-4.7 dB with one, 2.7-3.6 without): it pools its own windows only.
+MOST_SILENT = 0.4
 
 
 @dataclass(frozen=True)
@@ -58,6 +76,41 @@ class Prosody:
         }
 
 
+class NormPool:
+    """The generator's instance-norm statistics pooled over a chunk's windows so far: per channel of every layer,
+    the mean and the mean square (``moments``, [2, C]), weighted by the aligned frames they cover (a window's
+    context included). Starts from a prior, or empty (the first window then normalises by its own)."""
+
+    def __init__(self, prior: np.ndarray | None = None, prior_frames: float = PRIOR_FRAMES) -> None:
+        self.moments = None if prior is None else np.asarray(prior, dtype=np.float32)
+        self.weight = 0.0 if prior is None else prior_frames
+
+    def feeds(self, frames: int, channels: int) -> dict[str, np.ndarray]:
+        """The generator's statistics inputs for a window of ``frames``: its share of the pool, and the pool."""
+        moments = self.moments if self.moments is not None else np.zeros((2, channels), np.float32)
+        return {"norm_moments": moments, "norm_share": np.array([frames / (frames + self.weight)], np.float32)}
+
+    def add(self, frames: int, window_moments: np.ndarray) -> None:
+        own = np.asarray(window_moments, dtype=np.float32)
+        if self.moments is None:
+            self.moments = own
+        else:
+            self.moments = (self.weight * self.moments + frames * own) / (self.weight + frames)
+        self.weight += frames
+
+
+def silent_fraction(tokens: Sequence[int], durations: np.ndarray, silent: Collection[int]) -> float:
+    """The share of a chunk's frames that its pads and its ``silent`` tokens (punctuation) take."""
+    ids = [0, *tokens, 0]
+    frames = float(np.sum(durations))
+    return sum(float(d) for token, d in zip(ids, durations, strict=True) if token == 0 or token in silent) / max(
+        frames, 1.0
+    )
+
+
+WHOLE = NormPool()  # a pool of nothing: each layer normalises by its own frames, as the export does
+
+
 class OnnxStages:
     """The two derived graphs, run on their own: ``front`` once per chunk, ``decode`` per window."""
 
@@ -68,9 +121,31 @@ class OnnxStages:
         threads: int = 0,
         providers: Sequence[str] = ("CPUExecutionProvider",),
         parallel: int = 1,
+        priors: Path | None = None,
     ) -> None:
         self._front = SessionPair(front, threads, parallel, providers)
         self._decoder = SessionPair(decoder, threads, parallel, providers)
+        inputs = {i.name: i.shape for i in self._decoder.get().get_inputs()}
+        self.channels = int(inputs["norm_moments"][1])  # the generator's norm channels, all layers
+        # Per voice: the statistics of silence and of speech ([2, 2, C]), mixed per chunk (``norm_pool``).
+        self._priors: dict[str, np.ndarray] = {}
+        self._silent: frozenset[int] = frozenset()
+        if priors is not None and priors.is_file():
+            with np.load(priors) as saved:
+                self._priors = {name: saved[name] for name in saved.files if name != SILENT_TOKENS}
+                self._silent = frozenset(int(token) for token in saved[SILENT_TOKENS])
+
+    def norm_pool(self, voice: str, tokens: Sequence[int], prosody: Prosody) -> NormPool:
+        """A chunk's pool, starting from ``voice``'s silence and speech statistics mixed as the chunk's frames are
+        (its pads and punctuation: silence). None for a blend, or a chunk that is mostly silence (``MOST_SILENT``):
+        its first window then normalises by its own statistics."""
+        prior = self._priors.get(voice)
+        if prior is None:
+            return NormPool()
+        silence = silent_fraction(tokens, prosody.durations, self._silent)
+        if silence > MOST_SILENT:
+            return NormPool()
+        return NormPool(silence * prior[0] + (1.0 - silence) * prior[1])
 
     def front(self, tokens: list[int], style: np.ndarray, speed: float) -> Prosody:
         style = np.asarray(style, dtype=np.float32).reshape(1, -1)
@@ -82,8 +157,12 @@ class OnnxStages:
         features, durations, harmonics = self._front.get().run(list(FRONT_OUTPUTS), feeds, RUN_OPTIONS)
         return Prosody(features, np.asarray(durations).reshape(-1), harmonics, style)
 
-    def decode(self, prosody: Prosody, start: int = 0, stop: int | None = None) -> np.ndarray:
-        """Audio for aligned frames [start, stop) decoded on their own (no context: see vocoder_windows.py)."""
+    def decode(self, prosody: Prosody, start: int = 0, stop: int | None = None, pool: NormPool = WHOLE) -> np.ndarray:
+        """Audio for aligned frames [start, stop), normalised with ``pool`` (whose statistics then take in the
+        window's own; the default pools nothing: the export's arithmetic)."""
         stop = prosody.frames if stop is None else stop
-        (audio,) = self._decoder.get().run(["audio"], prosody.window(start, stop), RUN_OPTIONS)
+        feeds = prosody.window(start, stop) | pool.feeds(stop - start, self.channels)
+        audio, moments = self._decoder.get().run(["audio", NORM_OUTPUT], feeds, RUN_OPTIONS)
+        if pool is not WHOLE:
+            pool.add(stop - start, moments)
         return np.asarray(audio, dtype=np.float32).reshape(-1)

@@ -35,14 +35,22 @@ TORCH = "kokoro-v1_0.pth"
 DERIVED_TORCH = "kokoro-v1_0-int8-derived.pth"
 # The stage graphs (scripts/weights/stage_graphs.py), built twice: as the export computes, and with every
 # convolution as a uint8 x int8 matrix product, the same integers on CPUs with 8-bit dot products (VNNI), faster
-# there; other x86 CPUs saturate that product (backends/ort_sessions.py picks).
+# there; other x86 CPUs saturate that product (backends/ort_sessions.py picks). The generator's instance norms take
+# pooled statistics ("pooled"), and each voice's prior for that pool is measured once (NORM_PRIORS).
 FRONT_GRAPH = "kokoro-stage-front-dft.onnx"
-DECODER_GRAPH = "kokoro-stage-generator.onnx"
+DECODER_GRAPH = "kokoro-stage-generator-pooled.onnx"
 FRONT_GRAPH_VNNI = "kokoro-stage-front-dft-vnni.onnx"
-DECODER_GRAPH_VNNI = "kokoro-stage-generator-vnni.onnx"
-# What earlier derivations left, which derive-stages removes: the first cut (the whole decoder windowed) and a front
-# with the export's STFT.
-EARLIER_STAGE_GRAPHS = ("kokoro-front.onnx", "kokoro-decoder.onnx", "kokoro-stage-front.onnx")
+DECODER_GRAPH_VNNI = "kokoro-stage-generator-pooled-vnni.onnx"
+NORM_PRIORS = "kokoro-generator-norms.npz"
+# What earlier derivations left, which derive-stages removes: the first cut (the whole decoder windowed), a front
+# with the export's STFT, generators normalising over their own frames only.
+EARLIER_STAGE_GRAPHS = (
+    "kokoro-front.onnx",
+    "kokoro-decoder.onnx",
+    "kokoro-stage-front.onnx",
+    "kokoro-stage-generator.onnx",
+    "kokoro-stage-generator-vnni.onnx",
+)
 VOICES = "voices"
 MANIFEST = "manifest.json"
 
@@ -64,7 +72,7 @@ VOICE_NAMES: tuple[str, ...] = (
 
 # The only relative paths a manifest may name: nothing can point outside the layout (an older layout's manifest
 # still lists its earlier stage graphs).
-_STAGE_GRAPHS = (FRONT_GRAPH, DECODER_GRAPH, FRONT_GRAPH_VNNI, DECODER_GRAPH_VNNI, *EARLIER_STAGE_GRAPHS)
+_STAGE_GRAPHS = (FRONT_GRAPH, DECODER_GRAPH, FRONT_GRAPH_VNNI, DECODER_GRAPH_VNNI, NORM_PRIORS, *EARLIER_STAGE_GRAPHS)
 _FILES = (CONFIG, ONNX, TORCH, DERIVED_TORCH, *_STAGE_GRAPHS)
 _PATH_RE = re.compile("^(?:" + "|".join(map(re.escape, _FILES)) + rf"|{VOICES}/[A-Za-z0-9_]+\.bin)$")
 _SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
