@@ -35,7 +35,14 @@ import pytest
 from kokoro_tts.audio import float_to_pcm16
 from kokoro_tts.backends.onnx import OnnxBackend
 from kokoro_tts.backends.ort_sessions import exact_int8_dot_products
-from kokoro_tts.backends.stages import SAMPLES_PER_FRAME, OnnxStages
+from kokoro_tts.backends.stages import (
+    PRIOR_FRAMES,
+    SAMPLES_PER_FRAME,
+    SILENT_TOKENS,
+    NormPool,
+    OnnxStages,
+    silent_fraction,
+)
 from kokoro_tts.phonemes import Phonemizer
 from kokoro_tts.vocoder_windows import FRAME_S, ChunkWindows, Decode, DecoderSpeed, WindowPlan, decode_in_windows
 from kokoro_tts.voices import VoiceBank
@@ -207,6 +214,44 @@ def test_the_fronts_stft_as_a_convolution_is_the_same_transform(
         energetic = shipped_magnitude > 1e-3 * shipped_magnitude.max()
         turn = np.angle(np.exp(1j * (phase - shipped_phase)))  # the difference, wrapped to (-pi, pi]
         assert energetic.mean() > 0.3 and np.abs(turn[energetic]).max() < 1e-2
+
+
+def test_a_norm_pool_weighs_statistics_by_frames() -> None:
+    prior = np.array([[1.0, 2.0], [5.0, 8.0]], np.float32)
+    pool = NormPool(prior, prior_frames=60)
+    feeds = pool.feeds(20, 2)
+    assert feeds["norm_share"][0] == pytest.approx(0.25) and np.array_equal(feeds["norm_moments"], prior)
+    pool.add(20, np.array([[3.0, 6.0], [13.0, 40.0]], np.float32))
+    np.testing.assert_allclose(pool.moments, [[1.5, 3.0], [7.0, 16.0]])
+    assert pool.weight == 80
+    empty = NormPool()  # no prior: the first window is its own statistics, the export's arithmetic
+    assert empty.feeds(20, 2)["norm_share"][0] == 1.0 and not empty.feeds(20, 2)["norm_moments"].any()
+    empty.add(20, prior)
+    np.testing.assert_array_equal(empty.moments, prior)
+
+
+def test_silence_is_the_pads_and_the_punctuation() -> None:
+    # tokens 5 7 9, the 9 a full stop: the pads take 3 + 1 frames, the stop 2, of 12
+    assert silent_fraction([5, 7, 9], np.array([3, 2, 4, 2, 1]), {9}) == pytest.approx(0.5)
+
+
+def test_each_voice_has_priors_and_blends_or_silence_start_empty(
+    derived: StagesResult, stages: OnnxStages, cases: list[Case]
+) -> None:
+    with np.load(derived.priors) as saved:
+        voices = [name for name in saved.files if name != SILENT_TOKENS]
+        assert set(VOICES) <= set(voices)
+        assert all(saved[name].shape == (2, 2, stages.channels) for name in voices)
+        assert np.isfinite(np.stack([saved[name] for name in voices])).all()
+        assert len(saved[SILENT_TOKENS]) >= 4  # , . ! ? at least
+    case = cases[0]
+    prosody = stages.front(case.tokens, case.style, 1.0)
+    assert stages.norm_pool(case.voice, case.tokens, prosody).weight == PRIOR_FRAMES
+    assert stages.norm_pool("af_heart:0.5,bf_emma:0.5", case.tokens, prosody).moments is None
+    silent = replace(
+        prosody, durations=np.full(prosody.durations.shape, 1.0) * (np.arange(prosody.durations.size) == 0)
+    )
+    assert stages.norm_pool(case.voice, case.tokens, silent).moments is None  # all in the leading pad: silence
 
 
 def test_front_outputs_line_up(stages: OnnxStages, cases: list[Case]) -> None:

@@ -7,8 +7,10 @@ ROOT/kokoro-v1_0.pth     optional torch weights (Hugging Face)
 ROOT/kokoro-v1_0-int8-derived.pth  optional torch weights derived from kokoro.onnx (`derive-torch`)
 ROOT/kokoro-stage-front-dft.onnx  optional: the front (prosody and the decoder's frame-rate blocks) cut from
                                   kokoro.onnx (`derive-stages`)
-ROOT/kokoro-stage-generator.onnx  optional: the vocoder's generator cut from kokoro.onnx (`derive-stages`)
+ROOT/kokoro-stage-generator-pooled.onnx  optional: the vocoder's generator cut from kokoro.onnx, its norms taking
+                                  pooled statistics (`derive-stages`)
 ROOT/kokoro-stage-*-vnni.onnx     optional: the same two, their convolutions as int8 matrix products
+ROOT/kokoro-generator-norms.npz   optional: each voice's prior for the generator's pooled statistics
 ROOT/voices/<name>.bin   voice packs: little-endian float32, 510 × 256
 ROOT/manifest.json       {"model", "source", "files": {path: {"sha256", "bytes"}}}, written last
 ```
