@@ -17,11 +17,11 @@ Window sizes are planned so that playback, once started, never runs dry inside a
 first window is the smallest from ``first`` up after which the later windows, each the largest whose decoding
 (context included, at the speed learnt so far: ``DecoderSpeed``) ends within ``margin`` of the audio queued
 ahead of it, keep up (``first_size``). A chunk has a few windows (``windows``: three, or one per 1.25 s of a longer
-chunk): each one costs its context and a call, and with three or four the first is 4-11 % of a sentence (measured
-at the 2-core speed: 9-18 frames of 100-230-frame sentences). When not even that keeps up (a loaded machine), the first window is
-``first`` and the rest follows at once: one gap, at the least compute. So it is under load: a stream whose windows
-take turns with k others' gets a k-th of the decoder (``share``), its first window stays ``first``, and its first
-audio comes as soon as the sessions ahead of it allow.
+chunk): each one costs its context and a call, and with three or four the first is 4-11 % of a sentence
+(measured at the 2-core speed: 9-18 frames of 100-230-frame sentences). When not even that keeps up (a loaded
+machine), the first window is ``first`` and the rest follows at once: one gap, at the least compute. So it is under
+load: a stream whose windows take turns with k others' gets a k-th of the decoder (``share``), its first window
+stays ``first``, and its first audio comes as soon as the sessions ahead of it allow.
 """
 
 from __future__ import annotations
