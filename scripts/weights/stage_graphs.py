@@ -19,6 +19,8 @@ from kokoro_tts.backends.ort_sessions import exact_int8_dot_products
 from kokoro_tts.backends.stages import (
     DECODER_INPUTS,
     FRONT_OUTPUTS,
+    NORM_INPUTS,
+    NORM_OUTPUT,
     SILENT_TOKENS,
     NormPool,
     OnnxStages,
@@ -367,87 +369,56 @@ def norm_statistics_as_inputs(model: Any) -> int:
         graph.initializer.append(numpy_helper.from_array(np.array(value, dtype), name))
         return name
 
+    moments_in, share = NORM_INPUTS
     graph.input.extend(
         [
-            helper.make_tensor_value_info("norm_moments", TensorProto.FLOAT, [2, sum(channels)]),
-            helper.make_tensor_value_info("norm_share", TensorProto.FLOAT, [1]),
+            helper.make_tensor_value_info(moments_in, TensorProto.FLOAT, [2, sum(channels)]),
+            helper.make_tensor_value_info(share, TensorProto.FLOAT, [1]),
         ]
     )
-    rest = add("Sub", [constant("norms/one", [1.0], np.float32), "norm_share"], "norms/rest")
-    two = constant("norms/two", 2.0, np.float32)
+    rest = add("Sub", [constant("norms/one", [1.0], np.float32), share], "norms/rest")
+    two, zero = constant("norms/two", 2.0, np.float32), constant("norms/zero", 0.0, np.float32)
+    axes = constant("norms/axes", [0, 1])
+
+    def layer_row(p: str, row: int, offset: int, count: int) -> str:
+        """Row ``row`` of norm_moments, the layer's ``count`` channels from ``offset``, as [1, C, 1]."""
+        starts, ends = (
+            constant(f"{p}/starts{row}", [row, offset]),
+            constant(f"{p}/ends{row}", [row + 1, offset + count]),
+        )
+        sliced = add("Slice", [moments_in, starts, ends, axes], f"{p}/slice{row}")
+        return add("Reshape", [sliced, constant(f"{p}/shape{row}", [1, count, 1])], f"{p}/before{row}")
+
     own_means: list[str] = []
     own_squares: list[str] = []
     offset = 0
-    for (mean, sub, spread, eps), count in zip(layers, channels, strict=True):
-        p = f"norms/{len(own_means)}"
-        shape = constant(f"{p}/shape", [1, count, 1])
-        before = [
-            add(
-                "Reshape",
-                [
-                    add(
-                        "Slice",
-                        [
-                            "norm_moments",
-                            constant(f"{p}/starts{row}", [row, offset]),
-                            constant(f"{p}/ends{row}", [row + 1, offset + count]),
-                            constant(f"{p}/axes", [0, 1]) if row == 0 else f"{p}/axes",
-                        ],
-                        f"{p}/slice{row}",
-                    ),
-                    shape,
-                ],
-                f"{p}/before{row}",
-            )
-            for row in (0, 1)
-        ]
-        m = mean.output[0]
-        used = add(
-            "Add",
-            [add("Mul", [m, "norm_share"], f"{p}/own_part"), add("Mul", [before[0], rest], f"{p}/before_part")],
-            f"{p}/used",
-        )
-        sub.input[1] = used
-        s = spread.output[0]
-        # The mean square about ``used`` of what came before, and the pool's.
-        before_spread = add(
-            "Sub",
-            [
-                before[1],
-                add(
-                    "Mul",
-                    [used, add("Sub", [add("Mul", [before[0], two], f"{p}/twice_before"), used], f"{p}/lever")],
-                    f"{p}/cross",
-                ),
-            ],
-            f"{p}/before_spread",
-        )
-        pooled = add(
-            "Add",
-            [add("Mul", [s, "norm_share"], f"{p}/own_spread"), add("Mul", [before_spread, rest], f"{p}/rest_spread")],
-            f"{p}/pooled",
-        )
-        eps.input[:] = [pooled if name == s else name for name in eps.input]
-        own_square = add(
-            "Add",
-            [
-                s,
-                add(
-                    "Mul",
-                    [used, add("Sub", [add("Mul", [m, two], f"{p}/twice_own"), used], f"{p}/own_lever")],
-                    f"{p}/own_cross",
-                ),
-            ],
-            f"{p}/own_square",
-        )
+    for index, ((mean, sub, spread, eps), count) in enumerate(zip(layers, channels, strict=True)):
+        p = f"norms/{index}"
         flat = constant(f"{p}/flat", [1, count])
+        before_mean, before_square = (layer_row(p, row, offset, count) for row in (0, 1))
+        m, s = mean.output[0], spread.output[0]  # the window's own mean; its mean square about ``used``
+        # used = share·m + rest·mean_before: the layer subtracts it instead of its own mean.
+        own_part = add("Mul", [m, share], f"{p}/own_part")
+        used = add("Add", [own_part, add("Mul", [before_mean, rest], f"{p}/before_part")], f"{p}/used")
+        sub.input[1] = used
+        # What came before, its mean square about ``used``: square_before - used·(2·mean_before - used).
+        lever = add("Sub", [add("Mul", [before_mean, two], f"{p}/twice_before"), used], f"{p}/lever")
+        before_spread = add("Sub", [before_square, add("Mul", [used, lever], f"{p}/cross")], f"{p}/before_spread")
+        # The pool's: share·s + rest·before_spread, in place of s under the square root.
+        own_spread = add("Mul", [s, share], f"{p}/own_spread")
+        pooled = add("Add", [own_spread, add("Mul", [before_spread, rest], f"{p}/rest_spread")], f"{p}/pooled")
+        pooled = add("Max", [pooled, zero], f"{p}/pooled_at_least_0")  # float rounding must not reach the sqrt
+        eps.input[:] = [pooled if name == s else name for name in eps.input]
+        # The window's own mean square: s + used·(2·m - used).
+        own_lever = add("Sub", [add("Mul", [m, two], f"{p}/twice_own"), used], f"{p}/own_lever")
+        own_square = add("Add", [s, add("Mul", [used, own_lever], f"{p}/own_cross")], f"{p}/own_square")
         own_means.append(add("Reshape", [m, flat], f"{p}/own_mean_row"))
         own_squares.append(add("Reshape", [own_square, flat], f"{p}/own_square_row"))
         offset += count
     rows = [add("Concat", own_means, "norms/means", axis=1), add("Concat", own_squares, "norms/squares", axis=1)]
-    add("Concat", rows, "window_moments", axis=0)
+    add("Concat", rows, NORM_OUTPUT, axis=0)
     graph.node.extend(nodes)
-    graph.output.append(helper.make_tensor_value_info("window_moments", TensorProto.FLOAT, [2, sum(channels)]))
+    graph.output.append(helper.make_tensor_value_info(NORM_OUTPUT, TensorProto.FLOAT, [2, sum(channels)]))
     return sum(channels)
 
 

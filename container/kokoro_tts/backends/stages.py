@@ -88,7 +88,8 @@ class NormPool:
     def feeds(self, frames: int, channels: int) -> dict[str, np.ndarray]:
         """The generator's statistics inputs for a window of ``frames``: its share of the pool, and the pool."""
         moments = self.moments if self.moments is not None else np.zeros((2, channels), np.float32)
-        return {"norm_moments": moments, "norm_share": np.array([frames / (frames + self.weight)], np.float32)}
+        moments_in, share = NORM_INPUTS
+        return {moments_in: moments, share: np.array([frames / (frames + self.weight)], np.float32)}
 
     def add(self, frames: int, window_moments: np.ndarray) -> None:
         own = np.asarray(window_moments, dtype=np.float32)
@@ -126,7 +127,7 @@ class OnnxStages:
         self._front = SessionPair(front, threads, parallel, providers)
         self._decoder = SessionPair(decoder, threads, parallel, providers)
         inputs = {i.name: i.shape for i in self._decoder.get().get_inputs()}
-        self.channels = int(inputs["norm_moments"][1])  # the generator's norm channels, all layers
+        self.channels = int(inputs[NORM_INPUTS[0]][1])  # the generator's norm channels, all layers
         # Per voice: the statistics of silence and of speech ([2, 2, C]), mixed per chunk (``norm_pool``).
         self._priors: dict[str, np.ndarray] = {}
         self._silent: frozenset[int] = frozenset()
@@ -137,7 +138,7 @@ class OnnxStages:
 
     def norm_pool(self, voice: str, tokens: Sequence[int], prosody: Prosody) -> NormPool:
         """A chunk's pool, starting from ``voice``'s silence and speech statistics mixed as the chunk's frames are
-        (its pads and punctuation: silence). None for a blend, or a chunk that is mostly silence (``MOST_SILENT``):
+        (its pads and punctuation: silence). Empty for a blend, or a chunk that is mostly silence (``MOST_SILENT``):
         its first window then normalises by its own statistics."""
         prior = self._priors.get(voice)
         if prior is None:
