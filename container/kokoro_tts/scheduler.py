@@ -211,3 +211,6 @@ class DeadlineScheduler:
                 self.running -= 1
                 if alone:
                     self._shareable.set()
+            # Let the job's caller run before the next job is chosen: a stream whose phonemes job just finished
+            # queues its first window now, due earlier than the later windows of others already in the queue.
+            await asyncio.sleep(0)

@@ -136,3 +136,25 @@ async def test_a_lone_job_has_every_core_and_waiting_jobs_run_side_by_side() -> 
 
 def test_before_any_job_is_measured_a_job_is_assumed_to_take_a_cpu_windows_time() -> None:
     assert DeadlineScheduler().mean_job_s() == UNMEASURED_JOB_S
+
+
+async def test_a_job_queued_by_the_caller_of_the_job_just_done_goes_ahead_of_later_deadlines() -> None:
+    """A stream's first window is queued by the step that received its phonemes: the worker must see it before
+    choosing, or another stream's later window (due later) takes the worker first."""
+    scheduler = DeadlineScheduler(workers=1)
+    scheduler.start()
+    order: list[str] = []
+
+    def job(name: str) -> str:
+        order.append(name)
+        return name
+
+    async def stream() -> None:
+        await scheduler.run(lambda: job("phonemes"), deadline=0)
+        await scheduler.run(lambda: job("first window"), deadline=0)
+
+    started = asyncio.create_task(stream())
+    later = asyncio.create_task(scheduler.run(lambda: job("another stream's later window"), deadline=1))
+    await asyncio.gather(started, later)
+    assert order == ["phonemes", "first window", "another stream's later window"]
+    await scheduler.stop()
