@@ -18,7 +18,6 @@ import h2.connection
 import h2.events
 import httpx
 import pytest
-from kokoro_tts.backends.stages import WHOLE
 from kokoro_tts.text_chunks import MAX_CHUNK_CHARS, split_utterance
 from support.ws_client import Transcript, receive_until
 from websockets.asyncio.client import connect
@@ -248,7 +247,7 @@ async def test_each_scheduler_job_is_one_phonemization_or_one_model_batch(server
         calls.append(("batch", len(tokens)))
         return front(tokens, style, speed)
 
-    def run_window(prosody: Any, start: int = 0, stop: int | None = None, pool: Any = WHOLE) -> Any:
+    def run_window(prosody: Any, start: int = 0, stop: int | None = None, pool: Any = None) -> Any:
         calls.append(("window", (prosody.frames if stop is None else stop) - start))
         return decode(prosody, start, stop, pool)
 

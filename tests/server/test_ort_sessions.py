@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from kokoro_tts.backends import onnx as onnx_backend
 from kokoro_tts.backends.ort_sessions import RUN_OPTIONS, SessionPair, exact_int8_dot_products
-from kokoro_tts.backends.stages import WHOLE
+from kokoro_tts.backends.stages import NormPool
 from kokoro_tts.backends.threads import run_as
 from kokoro_tts.weights.layout import DECODER_GRAPH, DECODER_GRAPH_VNNI, FRONT_GRAPH, FRONT_GRAPH_VNNI
 
@@ -28,7 +28,7 @@ def test_a_job_alone_gets_every_core_and_jobs_side_by_side_one_each(model_dir: P
         "features": rng.standard_normal((1, 512, 20), dtype=np.float32),
         "harmonics": rng.standard_normal((1, 22, 1201), dtype=np.float32),
         "style": rng.standard_normal((1, 256), dtype=np.float32) * 0.1,
-    } | WHOLE.feeds(10, int(lone.get_inputs()[3].shape[1]))
+    } | NormPool().feeds(10, int(lone.get_inputs()[3].shape[1]))
     (alone_audio,) = lone.run(["audio"], feeds, RUN_OPTIONS)
     (beside_audio,) = beside.run(["audio"], feeds, RUN_OPTIONS)
     assert np.asarray(alone_audio).size == 10 * 600

@@ -109,9 +109,6 @@ def silent_fraction(tokens: Sequence[int], durations: np.ndarray, silent: Collec
     )
 
 
-WHOLE = NormPool()  # a pool of nothing: each layer normalises by its own frames, as the export does
-
-
 class OnnxStages:
     """The two derived graphs, run on their own: ``front`` once per chunk, ``decode`` per window."""
 
@@ -158,12 +155,14 @@ class OnnxStages:
         features, durations, harmonics = self._front.get().run(list(FRONT_OUTPUTS), feeds, RUN_OPTIONS)
         return Prosody(features, np.asarray(durations).reshape(-1), harmonics, style)
 
-    def decode(self, prosody: Prosody, start: int = 0, stop: int | None = None, pool: NormPool = WHOLE) -> np.ndarray:
-        """Audio for aligned frames [start, stop), normalised with ``pool`` (whose statistics then take in the
-        window's own; the default pools nothing: the export's arithmetic)."""
+    def decode(
+        self, prosody: Prosody, start: int = 0, stop: int | None = None, pool: NormPool | None = None
+    ) -> np.ndarray:
+        """Audio for aligned frames [start, stop), normalised with ``pool``, whose statistics then take in the
+        window's own; without one, each layer normalises by the frames it is given: the export's arithmetic."""
         stop = prosody.frames if stop is None else stop
-        feeds = prosody.window(start, stop) | pool.feeds(stop - start, self.channels)
+        feeds = prosody.window(start, stop) | (pool or NormPool()).feeds(stop - start, self.channels)
         audio, moments = self._decoder.get().run(["audio", NORM_OUTPUT], feeds, RUN_OPTIONS)
-        if pool is not WHOLE:
+        if pool is not None:
             pool.add(stop - start, moments)
         return np.asarray(audio, dtype=np.float32).reshape(-1)
