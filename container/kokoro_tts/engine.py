@@ -1,10 +1,11 @@
 """The synthesis engine: text in, int16 PCM pieces out, window by window.
 
 ``TTSEngine.stream`` splits the utterance into text chunks (a sentence or a clause) and each chunk into token
-batches of at most 510 tokens. With the backend's two stages (``settings.windowed``, the onnx default) a batch's
+batches of at most 510 tokens. With the backend's stages (``settings.windowed``, the onnx default) a batch's
 audio is then decoded in vocoder windows (vocoder_windows.py): the first job of a batch runs the prosody front
-and a short first window, every later job one more window, sized by the decoder's measured speed against the
-audio already queued. Without stages each batch is one job (the whole chunk at once).
+and a short first window (its input made from a prefix of the batch: backends/stages.py), the second makes the
+whole batch's input and its window, every later job one more window, sized by the decoder's measured speed against
+the audio already queued. Without stages each batch is one job (the whole chunk at once).
 
 Every scheduler job is bounded: phonemizing one text chunk (at most ``MAX_CHUNK_CHARS``), or one window (or one
 batch); so no utterance holds a worker longer than that, whatever its text. Each job is due when the audio before
@@ -33,8 +34,8 @@ from kokoro_client.protocol import WordTiming
 
 from .audio import SAMPLE_RATE, float_to_pcm16
 from .backends import Backend, load_backend
-from .backends.stages import SAMPLES_PER_FRAME
-from .backends.threads import run_as
+from .backends.stages import SAMPLES_PER_FRAME, Prosody
+from .backends.threads import alone, run_as
 from .normalize import TextMap, normalize
 from .phonemes import Phonemizer, TokenBatch, clean_text_mapped
 from .scheduler import DeadlineScheduler, Limit
@@ -92,8 +93,10 @@ class TTSEngine:
         self.http_streams = Limit("HTTP syntheses in flight", settings.max_http_streams)
         self.window_plan = WindowPlan()
         # The decoder's speed, learnt from the windows of every stream: a new chunk's first window is planned from
-        # it (unknown until the warm-up has decoded one).
+        # it (unknown until the warm-up has decoded one); and what making a chunk's input takes, which the job of
+        # its second window does first (backends/stages.py).
         self.decoder_speed = DecoderSpeed()
+        self.input_speed = DecoderSpeed()
         self._utterances = itertools.count(1)  # names each stream's jobs in the scheduler's history: "u7 window 2"
 
     @property
@@ -269,14 +272,18 @@ class TTSEngine:
             request, timing = decoding.request, decoding.timing
             if decoding.windows is None:
                 ids = decoding.batch.ids
-                prosody = stages.front(ids, request.voice.style(len(ids)), request.speed)
+                decoding.prosody = prosody = stages.front(ids, request.voice.style(len(ids)), request.speed)
                 decoding.windows = ChunkWindows(
                     partial(stages.decode, prosody, pool=stages.norm_pool(request.voice.spec, ids, prosody)),
                     prosody.frames,
                     self.window_plan,
                     self.decoder_speed,
+                    inputs=self.input_speed,
                 )
                 decoding.words = batch_words(decoding.batch, prosody.durations, timing.cursor)
+            else:  # the first window took its input from a prefix; the rest take the chunk's, made here once
+                assert decoding.prosody is not None
+                self._complete(decoding.prosody)
             windows = decoding.windows
             # The loop's clock is time.monotonic: the seconds of audio still queued ahead of this window.
             size = windows.next_size(deadline - time.monotonic(), self.scheduler.share())
@@ -289,6 +296,16 @@ class TTSEngine:
 
         pcm, synth_ms, words = await self.scheduler.run(job, deadline, label)
         return AudioChunk(index, decoding.text, pcm, synth_ms, words)
+
+    def _complete(self, prosody: Prosody) -> None:
+        """The chunk's input for the windows after the first; its cost is learnt, for planning first windows."""
+        stages = self.backend.stages
+        assert stages is not None
+        if prosody.features is None:
+            began = time.perf_counter()
+            stages.complete(prosody)
+            if alone():  # the machine's own speed, as DecoderSpeed learns it
+                self.input_speed.add(prosody.frames, time.perf_counter() - began)
 
     def _token_batches(self, text: str, request: SpeechRequest) -> list[list[int]]:
         return [batch.ids for batch in self._batches(text, request)]
@@ -304,12 +321,16 @@ class TTSEngine:
             if self.windowed and (stages := self.backend.stages) is not None:
                 prosody = stages.front(tokens, style, request.speed)
                 pool = stages.norm_pool(request.voice.spec, tokens, prosody)
-                pieces += decode_in_windows(
+                windows = decode_in_windows(
                     partial(stages.decode, prosody, pool=pool),
                     prosody.frames,
                     self.window_plan,
                     speed=self.decoder_speed,
+                    inputs=self.input_speed,
                 )
+                pieces.append(next(windows))
+                self._complete(prosody)  # as the stream's second job does
+                pieces += windows
             else:
                 pieces.append(self.backend.synthesize(tokens, style, request.speed))
         if not pieces:
@@ -331,6 +352,7 @@ class _Decoding:
     def __init__(self, text: str, batch: TokenBatch, request: SpeechRequest, timing: _Timing) -> None:
         self.text, self.batch, self.request, self.timing = text, batch, request, timing
         self.windows: ChunkWindows | None = None
+        self.prosody: Prosody | None = None
         self.words: list[TimedWord] = []  # the batch's words not yet sent with a window
 
     @property

@@ -1,22 +1,23 @@
 """Decode a chunk's audio window by window, so its first audio costs one short window, not the whole chunk.
 
-Only the vocoder's generator is windowed (the front has run the decoder's frame-rate blocks on the whole chunk:
-backends/stages.py). Each window is decoded with ``left_context`` / ``right_context`` frames of the features on each
-side and the context's audio is cut off. What is not local in the generator is its AdaIN layers' normalisation
-over time: a window normalised by its own statistics sounds unlike the whole chunk, the more so the shorter it is
-(measured, 3 sentences x 3 voices: 2 windows 1.7 dB log-mel L1, 3 windows 3.4 dB, 6 windows 3.6 dB; with the whole
-chunk's statistics fed in, 0.9 dB for any count, the int8 model's own noise floor). So a chunk's windows share
-their statistics (``NormPool``: pooled from a prior and the windows before, backends/stages.py), and then the
-context matters little: 2 left / 1 right frames measured as close as 12 / 6 (1.4-1.8 dB over 6 windows). The
-windows overlap by ``crossfade`` frames and are cross-faded there, so a small difference in level between
-neighbours is spread over 25 ms instead of stepping at a sample. The harmonic source comes from the front for the
-whole chunk, so its phase runs on.
+The vocoder's generator is windowed; its input is the whole chunk's, made once by the second window's job, except
+for the first window, whose input comes from a prefix of the chunk (backends/stages.py). Each window is decoded
+with ``left_context`` / ``right_context`` frames of the features on each side and the context's audio is cut off.
+What is not local in the generator is its AdaIN layers' normalisation over time: a window normalised by its own
+statistics sounds unlike the whole chunk, the more so the shorter it is (measured, 3 sentences x 3 voices: 2
+windows 1.7 dB log-mel L1, 3 windows 3.4 dB, 6 windows 3.6 dB; with the whole chunk's statistics fed in, 0.9 dB for
+any count, the int8 model's own noise floor). So a chunk's windows share their statistics (``NormPool``: pooled from
+a prior and the windows before, backends/stages.py), and then the context matters little: 2 left / 1 right frames
+measured as close as 12 / 6 (1.4-1.8 dB over 6 windows). The windows overlap by ``crossfade`` frames and are
+cross-faded there, so a small difference in level between neighbours is spread over 25 ms instead of stepping at a
+sample. The harmonic source is made from the chunk's start, so its phase runs on.
 
 Window sizes are planned so that playback, once started, never runs dry inside a chunk: a listener hearing
 "Thanks for —" then half a second of silence is worse off than one who waits 100 ms more for fluent speech. The
 first window is the smallest from ``first`` up after which the later windows, each the largest whose decoding
 (context included, at the speed learnt so far: ``DecoderSpeed``) ends within ``margin`` of the audio queued
-ahead of it, keep up (``first_size``). A chunk has a few windows (``windows``: three, or one per 1.25 s of a longer
+ahead of it, keep up (``first_size``; making the generator's input counts too: the first window's prefix, and the
+whole chunk's in the second window's job). A chunk has a few windows (``windows``: three, or one per 1.25 s of a longer
 chunk): each one costs its context and a call, and with three or four the first is 4-11 % of a sentence
 (measured at the 2-core speed: 9-18 frames of 100-230-frame sentences). When not even that keeps up (a loaded
 machine), the first window is ``first`` and the rest follows at once: one gap, at the least compute. So it is under
@@ -35,7 +36,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .audio import SAMPLE_RATE
-from .backends.stages import SAMPLES_PER_FRAME
+from .backends.stages import FEATURES_CONTEXT, SAMPLES_PER_FRAME
 from .backends.threads import alone
 
 FRAME_S = SAMPLES_PER_FRAME / SAMPLE_RATE  # seconds of audio per aligned frame
@@ -133,15 +134,25 @@ class WindowPlan:
         return 0 if size < self.least else min(self.largest, size)
 
     def paced_cost(
-        self, first: int, frames: int, speed: DecoderSpeed, queued_s: float = 0.0, share: float = 1.0
+        self,
+        first: int,
+        frames: int,
+        speed: DecoderSpeed,
+        queued_s: float = 0.0,
+        share: float = 1.0,
+        inputs: DecoderSpeed | None = None,
     ) -> int | None:
         """Frames decoded in all (context included) when a first window of ``first`` frames is followed by paced
         windows; None when those cannot keep up: playback, from the first window on, would run dry inside the
-        chunk (``queued_s``: audio still to play when the first window starts decoding)."""
+        chunk (``queued_s``: audio still to play when the first window starts decoding; ``inputs``: what making
+        the generator's input costs: the first window makes its own from a prefix, and the second window's job
+        the whole chunk's first, backends/stages.py)."""
         start = self.stop(0, first, frames)
         lo, hi = self.span(0, start, frames)
-        queued, decoded = max(0.0, queued_s - share * speed.cost(hi - lo)) + start * FRAME_S, hi - lo
-        count = 1
+        first_s = speed.cost(hi - lo) + self.prefix_cost(hi, frames, inputs)
+        setup_s = inputs.cost(frames) if inputs is not None else 0.0
+        queued = max(0.0, queued_s - share * first_s) + start * FRAME_S - share * setup_s
+        decoded, count = hi - lo, 1
         while start < frames:
             if not (size := self.paced_size(queued, speed, share)) or (
                 count + 1 >= self.windows(frames) and size < frames - start
@@ -153,17 +164,29 @@ class WindowPlan:
             start, decoded = stop, decoded + hi - lo
         return decoded
 
-    def first_size(self, frames: int, speed: DecoderSpeed, queued_s: float = 0.0, share: float = 1.0) -> int:
+    def prefix_cost(self, stop: int, frames: int, inputs: DecoderSpeed | None) -> float:
+        """Seconds to make a first window's input, decoded up to ``stop``, from a prefix of the chunk."""
+        return inputs.cost(min(frames, stop + FEATURES_CONTEXT)) if inputs is not None else 0.0
+
+    def first_size(
+        self,
+        frames: int,
+        speed: DecoderSpeed,
+        queued_s: float = 0.0,
+        share: float = 1.0,
+        inputs: DecoderSpeed | None = None,
+    ) -> int:
         """The first window: the largest that fits the audio queued ahead when paced windows keep up after it; else
         the smallest from ``first`` up after which they do (``paced_cost``); ``first`` when none up to half the
         chunk keeps up, or while the speed is unknown."""
         if not speed.known:
             return self.first
-        fits = self.paced_size(queued_s, speed, share)
-        if fits >= self.first and self.paced_cost(fits, frames, speed, queued_s, share) is not None:
+        prefix_s = self.prefix_cost(self.first + self.context, frames, inputs)
+        fits = self.paced_size(queued_s - share * prefix_s / self.margin, speed, share)
+        if fits >= self.first and self.paced_cost(fits, frames, speed, queued_s, share, inputs) is not None:
             return fits
         for smallest in range(self.first, max(self.first, frames // 2) + 1):  # more than half: hardly windowed
-            if self.paced_cost(smallest, frames, speed, queued_s, share) is not None:
+            if self.paced_cost(smallest, frames, speed, queued_s, share, inputs) is not None:
                 return smallest
         return self.first
 
@@ -186,8 +209,10 @@ class ChunkWindows:
         plan: WindowPlan,
         speed: DecoderSpeed | None = None,
         clock: Callable[[], float] = time.perf_counter,
+        inputs: DecoderSpeed | None = None,
     ) -> None:
         self._decode, self.frames, self.plan, self._clock = decode, frames, plan, clock
+        self.inputs = inputs  # what making the generator's input costs (``WindowPlan.paced_cost``)
         fade = plan.crossfade * SAMPLES_PER_FRAME
         self._ramp = (np.arange(fade, dtype=np.float32) + 0.5) / fade if fade else np.zeros(0, np.float32)
         self._held = np.zeros(0, dtype=np.float32)  # the previous window's overhang
@@ -205,7 +230,7 @@ class ChunkWindows:
         """The next window's size when ``queued_s`` seconds of audio are still to play ahead of it: the first
         window by ``WindowPlan.first_size``, the later ones paced (``WindowPlan.paced_size``)."""
         if not self.start:
-            return self.plan.first_size(self.frames, self.speed, queued_s, share)
+            return self.plan.first_size(self.frames, self.speed, queued_s, share, self.inputs)
         if self.count + 1 >= self.plan.windows(self.frames):
             return self.frames - self.start  # the last window: the rest
         return self.plan.paced_size(queued_s, self.speed, share) or self.plan.largest  # behind: the rest at once
@@ -218,7 +243,10 @@ class ChunkWindows:
         began = self._clock()
         audio = self._decode(lo, hi)
         if alone():  # the machine's own speed: a stream's share of it is the scheduler's to say
-            self.speed.add(hi - lo, self._clock() - began)
+            seconds = self._clock() - began
+            if not start:  # a first window also made its input, from a prefix of the chunk (backends/stages.py)
+                seconds -= plan.prefix_cost(hi, self.frames, self.inputs)
+            self.speed.add(hi - lo, seconds)
         keep_to = min(stop + plan.crossfade, self.frames)
         piece = audio[(start - lo) * SAMPLES_PER_FRAME : (keep_to - lo) * SAMPLES_PER_FRAME].copy()
         held, ramp = self._held, self._ramp
@@ -237,11 +265,13 @@ def decode_in_windows(
     paced: bool = True,
     clock: Callable[[], float] = time.perf_counter,
     speed: DecoderSpeed | None = None,
+    inputs: DecoderSpeed | None = None,
 ) -> Iterator[np.ndarray]:
     """Yield the chunk's audio window by window; joined, the pieces are as long as the whole chunk's audio.
     ``paced``: size windows by the decoder's measured speed (module docstring; ``speed``: what was learnt on
-    chunks before, for the first window), playback starting with the first window; else ``plan.bounds``."""
-    windows = ChunkWindows(decode, frames, plan, speed, clock)
+    chunks before, for the first window; ``inputs``: ``ChunkWindows``'), playback starting with the first
+    window; else ``plan.bounds``. What the caller does between two windows counts against the audio queued."""
+    windows = ChunkWindows(decode, frames, plan, speed, clock, inputs)
     fixed = iter(plan.bounds(frames))
     yielded_s, playing_since = 0.0, 0.0
     while not windows.done:
@@ -251,7 +281,7 @@ def decode_in_windows(
             start, stop = next(fixed)
             size = stop - start
         piece = windows.decode(size)
-        yield piece
         if not yielded_s:
             playing_since = clock()
         yielded_s += piece.size / SAMPLE_RATE
+        yield piece

@@ -1,6 +1,6 @@
 """Windowed vocoding side by side (issue 9): per sentence of the reply, in one process, interleaved:
 
-- ``whole``: the two derived stages on the whole chunk (the engine with windowing off, KOKORO_WINDOWED=0), in the
+- ``whole``: the derived stages on the whole chunk (the engine with windowing off, KOKORO_WINDOWED=0), in the
   build the server runs on this CPU (weights/layout.py);
 - ``first`` and ``windowed``: the same stages, the decoder in windows (vocoder_windows.WindowPlan): time to the
   first window's audio (front + first window) and the total;
@@ -25,7 +25,7 @@ import numpy as np
 import onnx
 from kokoro_tts.backends.onnx import OnnxBackend
 from kokoro_tts.backends.ort_sessions import exact_int8_dot_products
-from kokoro_tts.backends.stages import SAMPLES_PER_FRAME, NormPool, Prosody
+from kokoro_tts.backends.stages import SAMPLES_PER_FRAME, ChunkPool, Prosody
 from kokoro_tts.phonemes import Phonemizer
 from kokoro_tts.text_chunks import split_utterance
 from kokoro_tts.vocoder_windows import DecoderSpeed, WindowPlan, decode_in_windows
@@ -51,10 +51,11 @@ def main() -> None:
     voice = voices.resolve(VOICE)
     plan = WindowPlan()
     with tempfile.TemporaryDirectory(prefix="kokoro-stages-") as tmp:
-        front, decoder, floats = Path(tmp) / "front.onnx", Path(tmp) / "decoder.onnx", Path(tmp) / "float.onnx"
-        derive_stage_graphs(layout.onnx_path, front, decoder, conv_as_matmul=exact_int8_dot_products())
+        graphs = (Path(tmp) / "front.onnx", Path(tmp) / "features.onnx", Path(tmp) / "decoder.onnx")
+        floats = Path(tmp) / "float.onnx"
+        derive_stage_graphs(layout.onnx_path, graphs, conv_as_matmul=exact_int8_dot_products())
         onnx.save(dequantize(onnx.load(str(layout.onnx_path))), str(floats))
-        whole = OnnxBackend(layout.onnx_path, device="cpu", threads=args.threads, stage_paths=(front, decoder))
+        whole = OnnxBackend(layout.onnx_path, device="cpu", threads=args.threads, stage_paths=graphs)
         shipped = OnnxBackend(layout.onnx_path, device="cpu", threads=args.threads)
         floating = OnnxBackend(floats, device="cpu", threads=args.threads)
         stages = whole.stages  # the same sessions the whole decode runs
@@ -89,7 +90,7 @@ def main() -> None:
 
                 pool = stages.norm_pool(VOICE, tokens, prosody)
 
-                def decode(lo: int, hi: int, prosody: Prosody = prosody, pool: NormPool = pool) -> np.ndarray:
+                def decode(lo: int, hi: int, prosody: Prosody = prosody, pool: ChunkPool = pool) -> np.ndarray:
                     decoded[0] += hi - lo
                     return stages.decode(prosody, lo, hi, pool)
 

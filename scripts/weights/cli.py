@@ -50,7 +50,8 @@ def _parser() -> argparse.ArgumentParser:
     derive.add_argument("--force", action="store_true", help="derive again even when the manifest lists them")
 
     stages = sub.add_parser(
-        "derive-stages", help="cut DEST/kokoro.onnx into the front and the vocoder's generator (needs onnx)"
+        "derive-stages",
+        help="cut DEST/kokoro.onnx into the front, the generator's input and the generator (needs onnx)",
     )
     common(stages)
     stages.add_argument("--force", action="store_true", help="derive again even when the manifest lists them")

@@ -1,9 +1,10 @@
-"""Derive the two stage graphs (backends/stages.py) from the shipped export, as ``make weights`` does.
+"""Derive the three stage graphs (backends/stages.py) from the shipped export, as ``make weights`` does.
 
-``kokoro-weights derive-stages`` writes the front and generator graphs (layout.FRONT_GRAPH, DECODER_GRAPH) with
-onnx's own extractor and lists them in the manifest with their checksums, like the derived torch weights (derive.py);
-an earlier derivation's graphs leave the layout. The front's STFT becomes a convolution on the way (``stft_as_conv``).
-A second pair (layout.FRONT_GRAPH_VNNI, DECODER_GRAPH_VNNI) has every 1-D ConvInteger as the same integer arithmetic
+``kokoro-weights derive-stages`` writes the front, features and generator graphs (layout.FRONT_GRAPH,
+FEATURES_GRAPH, DECODER_GRAPH) with onnx's own extractor, and each voice's priors for the pooled statistics
+(layout.NORM_PRIORS), and lists them in the manifest with their checksums, like the derived torch weights
+(derive.py); an earlier derivation's files leave the layout. The harmonic source's STFT becomes a convolution on the
+way (``stft_as_conv``). A second set (the ``_VNNI`` names) has every 1-D ConvInteger as the same integer arithmetic
 in a MatMulInteger (``conv_integer_as_matmul``): bit for bit the same on a CPU with 8-bit dot products, faster.
 onnx is needed here only, at build time; the server runs the derived files with onnxruntime alone.
 """
@@ -18,10 +19,14 @@ from typing import Any
 from kokoro_tts.backends.ort_sessions import exact_int8_dot_products
 from kokoro_tts.backends.stages import (
     DECODER_INPUTS,
+    FEATURES_INPUTS,
+    FEATURES_OUTPUTS,
+    FEATURES_PRIOR,
     FRONT_OUTPUTS,
     NORM_INPUTS,
     NORM_OUTPUT,
     SILENT_TOKENS,
+    ChunkPool,
     NormPool,
     OnnxStages,
     silent_fraction,
@@ -30,6 +35,8 @@ from kokoro_tts.weights.layout import (
     DECODER_GRAPH,
     DECODER_GRAPH_VNNI,
     EARLIER_STAGE_GRAPHS,
+    FEATURES_GRAPH,
+    FEATURES_GRAPH_VNNI,
     FRONT_GRAPH,
     FRONT_GRAPH_VNNI,
     MANIFEST,
@@ -41,10 +48,13 @@ from kokoro_tts.weights.layout import (
 
 from .transfer import write_atomic
 
-# Where the shipped export (PyTorch module names kept) makes the generator's inputs, and the durations.
+# Where the shipped export (PyTorch module names kept) makes the decoder's inputs, the generator's, and the durations.
 CUT = {
-    "features": "/decoder/decoder/decode.3/Div_4_output_0",  # the last frame-rate block's output
+    "aligned": "/encoder/MatMul_1_output_0",  # the text features, repeated per aligned frame
+    "f0": "/encoder/Reshape_output_0",
+    "energy": "/encoder/Reshape_1_output_0",
     "durations": "/encoder/Clip_output_0",
+    "features": "/decoder/decoder/decode.3/Div_4_output_0",  # the last frame-rate block's output
     "harmonics": "/decoder/decoder/generator/Concat_3_output_0",
 }
 
@@ -52,8 +62,10 @@ CUT = {
 @dataclass(frozen=True)
 class StagesResult:
     front: Path
+    features: Path
     decoder: Path
-    front_vnni: Path  # the same two, their convolutions as int8 matrix products (``conv_integer_as_matmul``)
+    front_vnni: Path  # the same three, their convolutions as int8 matrix products (``conv_integer_as_matmul``)
+    features_vnni: Path
     decoder_vnni: Path
     derived: bool
 
@@ -62,8 +74,16 @@ class StagesResult:
         return self.front.with_name(NORM_PRIORS)
 
     @property
+    def graphs(self) -> tuple[Path, Path, Path]:
+        return self.front, self.features, self.decoder
+
+    @property
+    def graphs_vnni(self) -> tuple[Path, Path, Path]:
+        return self.front_vnni, self.features_vnni, self.decoder_vnni
+
+    @property
     def paths(self) -> tuple[Path, ...]:
-        return self.front, self.decoder, self.front_vnni, self.decoder_vnni, self.priors
+        return *self.graphs, *self.graphs_vnni, self.priors
 
 
 def derive_stages(dest: str | Path, force: bool = False) -> StagesResult:
@@ -73,7 +93,13 @@ def derive_stages(dest: str | Path, force: bool = False) -> StagesResult:
     manifest = layout.read_manifest()
     root = layout.root
     result = StagesResult(
-        root / FRONT_GRAPH, root / DECODER_GRAPH, root / FRONT_GRAPH_VNNI, root / DECODER_GRAPH_VNNI, derived=True
+        root / FRONT_GRAPH,
+        root / FEATURES_GRAPH,
+        root / DECODER_GRAPH,
+        root / FRONT_GRAPH_VNNI,
+        root / FEATURES_GRAPH_VNNI,
+        root / DECODER_GRAPH_VNNI,
+        derived=True,
     )
     listed = all(
         (entry := manifest.files.get(path.name)) is not None and path.is_file() and path.stat().st_size == entry.bytes
@@ -82,15 +108,10 @@ def derive_stages(dest: str | Path, force: bool = False) -> StagesResult:
     if listed and not force:
         return replace(result, derived=False)
     layout.verify(full=False)
-    derive_stage_graphs(layout.onnx_path, result.front, result.decoder)
-    derive_stage_graphs(layout.onnx_path, result.front_vnni, result.decoder_vnni, conv_as_matmul=True)
+    derive_stage_graphs(layout.onnx_path, result.graphs)
+    derive_stage_graphs(layout.onnx_path, result.graphs_vnni, conv_as_matmul=True)
     exact = exact_int8_dot_products()  # the faster build measures the same statistics, to float rounding
-    derive_norm_priors(
-        layout,
-        result.front_vnni if exact else result.front,
-        result.decoder_vnni if exact else result.decoder,
-        result.priors,
-    )
+    derive_norm_priors(layout, result.graphs_vnni if exact else result.graphs, result.priors)
     files = {name: entry for name, entry in manifest.files.items() if name not in EARLIER_STAGE_GRAPHS}
     files |= {path.name: hash_file(path) for path in result.paths}
     write_atomic(layout.root / MANIFEST, Manifest(source=manifest.source, files=files, model=manifest.model).to_json())
@@ -106,10 +127,11 @@ PRIOR_SILENCE_FRAMES = 12
 SILENT_MARKS = ',.!?;:—…"()“”'  # punctuation: Kokoro pauses on it
 
 
-def derive_norm_priors(layout: WeightLayout, front: Path, decoder: Path, dest: Path) -> None:
-    """Each voice's priors for the generator's norm pool: the instance-norm statistics of silence (the reference's
-    leading frames) and of speech (the reference decoded whole, less its silent share), [2, 2, C] per voice in
-    ``dest`` (an .npz, with the silent tokens; English phonemes for every voice: a prior only)."""
+def derive_norm_priors(layout: WeightLayout, graphs: tuple[Path, Path, Path], dest: Path) -> None:
+    """Each voice's priors for the pooled statistics of the features stage and the generator: their instance-norm
+    statistics over silence (the reference's leading frames) and over speech (the reference made whole, less its
+    silent share), [2, 2, C] per voice and graph in ``dest`` (an .npz, with the silent tokens; English phonemes for
+    every voice: a prior only)."""
     import numpy as np
     from kokoro_tts.phonemes import Phonemizer
     from kokoro_tts.voices import VoiceBank
@@ -117,18 +139,27 @@ def derive_norm_priors(layout: WeightLayout, front: Path, decoder: Path, dest: P
     vocab = layout.config()["vocab"]
     voices, phonemizer = VoiceBank(layout), Phonemizer(vocab)
     silent = [vocab[mark] for mark in SILENT_MARKS if mark in vocab]
-    stages = OnnxStages(front, decoder)
+    stages = OnnxStages(*graphs)
     (tokens,) = phonemizer.token_batches(phonemizer.phonemes(PRIOR_TEXT, "a"))
     priors: dict[str, Any] = {SILENT_TOKENS: np.array(silent, dtype=np.int64)}
+
+    def prior(silence: NormPool, whole: NormPool, share: float) -> Any:
+        assert silence.moments is not None and whole.moments is not None
+        speech = (whole.moments - share * silence.moments) / (1.0 - share)
+        return np.stack([silence.moments, speech])
+
     for name in voices.names:
         prosody = stages.front(tokens, voices.resolve(name).style(len(tokens)), 1.0)
-        silence, whole = NormPool(), NormPool()  # empty: each normalises by its own statistics, and keeps them
-        stages.decode(prosody, 0, PRIOR_SILENCE_FRAMES, pool=silence)
-        stages.decode(prosody, pool=whole)
-        assert silence.moments is not None and whole.moments is not None
         share = silent_fraction(tokens, prosody.durations, silent)
-        speech = (whole.moments - share * silence.moments) / (1.0 - share)
-        priors[name] = np.stack([silence.moments, speech])
+        silence, whole = NormPool(), NormPool()  # empty: each normalises by its own statistics, and keeps them
+        stages.features(prosody, PRIOR_SILENCE_FRAMES, silence)
+        stages.features(prosody, None, whole)
+        priors[FEATURES_PRIOR + name] = prior(silence, whole, share)
+        stages.complete(prosody)  # the generator's, on the whole chunk's features
+        silence, whole = NormPool(), NormPool()
+        stages.decode(prosody, 0, PRIOR_SILENCE_FRAMES, ChunkPool(generator=silence))
+        stages.decode(prosody, pool=ChunkPool(generator=whole))
+        priors[name] = prior(silence, whole, share)
     tmp = dest.with_name(f".{dest.name}.part.npz")
     try:
         np.savez(tmp, **priors)
@@ -139,28 +170,48 @@ def derive_norm_priors(layout: WeightLayout, front: Path, decoder: Path, dest: P
 
 
 def derive_stage_graphs(
-    model: Path, front: Path, decoder: Path, dft_as_conv: bool = True, conv_as_matmul: bool = False
+    model: Path, dest: tuple[Path, Path, Path], dft_as_conv: bool = True, conv_as_matmul: bool = False
 ) -> None:
-    """Cut the monolithic export into the front and decoder graphs (onnx is needed at build time only);
-    ``dft_as_conv``: the front's STFT computed by a convolution (that one changes the rounding: ``stft_as_conv``);
-    ``conv_as_matmul``: the convolutions as integer matrix products (``conv_integer_as_matmul``)."""
+    """Cut the monolithic export into the front, features and generator graphs at ``dest`` (onnx is needed at
+    build time only); ``dft_as_conv``: the harmonic source's STFT computed by a convolution (that one changes the
+    rounding: ``stft_as_conv``); ``conv_as_matmul``: the convolutions as integer matrix products
+    (``conv_integer_as_matmul``)."""
+    import numpy as np
     import onnx
     import onnx.utils
 
+    front, features, decoder = dest
     extractor = onnx.utils.Extractor(onnx.load(str(model)))
     graphs = {
         front: extractor.extract_model(["tokens", "style", "speed"], [CUT[name] for name in FRONT_OUTPUTS]),
+        features: extractor.extract_model(
+            [CUT.get(name, name) for name in FEATURES_INPUTS], [CUT[name] for name in FEATURES_OUTPUTS]
+        ),
         decoder: extractor.extract_model([CUT.get(name, name) for name in DECODER_INPUTS], ["audio"]),
     }
     if dft_as_conv:
-        stft_as_conv(graphs[front].graph)
+        stft_as_conv(graphs[features].graph)
+    frames = 4  # what the norms' channel counts are probed with
+    probes = {
+        features: {
+            "aligned": np.zeros((1, 512, frames), np.float32),
+            "f0": np.zeros((1, 2 * frames), np.float32),
+            "energy": np.zeros((1, 2 * frames), np.float32),
+            "style": np.zeros((1, 256), np.float32),
+        },
+        decoder: {
+            "features": np.zeros((1, 512, 2 * frames), np.float32),
+            "harmonics": np.zeros((1, 22, 120 * frames + 1), np.float32),
+            "style": np.zeros((1, 256), np.float32),
+        },
+    }
     for path, graph in graphs.items():
         if conv_as_matmul:
             conv_integer_as_matmul(graph.graph)
         for name, tensor in CUT.items():
             _rename(graph.graph, tensor, name)
-        if path == decoder:
-            norm_statistics_as_inputs(graph)
+        if path in probes:
+            norm_statistics_as_inputs(graph, probes[path])
             _sort_topologically(graph.graph)
         tmp = path.with_name(f".{path.name}.part")
         try:
@@ -309,10 +360,11 @@ def _integer_matmul(graph: Any, conv: Any, weight: Any, w_zero: int, attrs: dict
     return [*nodes, helper.make_node("Transpose", [product], [conv.output[0]], perm=[0, 2, 1])]
 
 
-def norm_statistics_as_inputs(model: Any) -> int:
-    """Let the generator's AdaIN layers normalise with statistics pooled over more than the frames they are given:
-    a window of a chunk (vocoder_windows.py) then normalises nearly as the whole chunk does. Returns the channels in
-    all (``C``: the layers' channel counts summed, in graph order).
+def norm_statistics_as_inputs(model: Any, probe_feeds: dict[str, Any]) -> int:
+    """Let a graph's AdaIN layers normalise with statistics pooled over more than the frames they are given: a window
+    of a chunk (vocoder_windows.py) then normalises nearly as the whole chunk does. Returns the channels in all
+    (``C``: the layers' channel counts summed, in graph order); ``probe_feeds``: a few frames of the graph's inputs,
+    which it is run on once to count them.
 
     Every instance norm of the export is ``m = ReduceMean(x)``, ``d = x - m``, ``s = ReduceMean(d * d)``,
     ``d / Sqrt(s + eps)`` over time. Given ``norm_moments`` [2, C] (the mean and the mean square of ``x`` over what
@@ -343,20 +395,14 @@ def norm_statistics_as_inputs(model: Any) -> int:
         eps = [c for s in spread for c in consumers[s.output[0]] if c.op_type == "Add"]
         if len(squares) == len(spread) == len(eps) == 1:
             layers.append((node, subs[0], spread[0], eps[0]))
-    # The channels of each layer: one run of the graph on a few frames, the means as outputs.
+    # The channels of each layer: one run of the graph on a few frames (``probe``), the means as outputs.
     probe = type(model)()
     probe.CopyFrom(model)
     probe.graph.output.extend(
         helper.make_tensor_value_info(mean.output[0], TensorProto.FLOAT, None) for mean, *_ in layers
     )
-    frames = 4
-    feeds = {
-        "features": np.zeros((1, 512, 2 * frames), np.float32),
-        "harmonics": np.zeros((1, 22, 120 * frames + 1), np.float32),
-        "style": np.zeros((1, 256), np.float32),
-    }
     session = ort.InferenceSession(probe.SerializeToString(), providers=["CPUExecutionProvider"])
-    means = session.run([mean.output[0] for mean, *_ in layers], feeds)
+    means = session.run([mean.output[0] for mean, *_ in layers], probe_feeds)
     channels = [int(m.shape[1]) for m in means]
 
     nodes: list[Any] = []

@@ -12,7 +12,14 @@ from kokoro_tts.backends import onnx as onnx_backend
 from kokoro_tts.backends.ort_sessions import RUN_OPTIONS, SessionPair, exact_int8_dot_products
 from kokoro_tts.backends.stages import NormPool
 from kokoro_tts.backends.threads import run_as
-from kokoro_tts.weights.layout import DECODER_GRAPH, DECODER_GRAPH_VNNI, FRONT_GRAPH, FRONT_GRAPH_VNNI
+from kokoro_tts.weights.layout import (
+    DECODER_GRAPH,
+    DECODER_GRAPH_VNNI,
+    FEATURES_GRAPH,
+    FEATURES_GRAPH_VNNI,
+    FRONT_GRAPH,
+    FRONT_GRAPH_VNNI,
+)
 
 
 def test_a_job_alone_gets_every_core_and_jobs_side_by_side_one_each(model_dir: Path) -> None:
@@ -22,6 +29,8 @@ def test_a_job_alone_gets_every_core_and_jobs_side_by_side_one_each(model_dir: P
     assert lone is not beside
     assert lone.get_session_options().intra_op_num_threads == 2
     assert beside.get_session_options().intra_op_num_threads == 1
+    # A job runs several graphs in a row: no session's threads spin on after its run (ort_sessions.py).
+    assert lone.get_session_options().get_session_config_entry("session.force_spinning_stop") == "1"
 
     rng = np.random.default_rng(0)
     feeds = {  # 10 aligned frames of made-up features: the same input to both sessions
@@ -62,11 +71,15 @@ def test_the_backend_runs_the_int8_build_only_where_it_is_exact(
 ) -> None:
     monkeypatch.setattr(onnx_backend, "exact_int8_dot_products", lambda: exact)
     loaded: list[str] = []
-    monkeypatch.setattr(onnx_backend, "OnnxStages", lambda *paths, **_: loaded.extend(p.name for p in paths[:2]))
+    monkeypatch.setattr(onnx_backend, "OnnxStages", lambda *paths, **_: loaded.extend(p.name for p in paths[:3]))
+    portable, int8 = (
+        (FRONT_GRAPH, FEATURES_GRAPH, DECODER_GRAPH),
+        (FRONT_GRAPH_VNNI, FEATURES_GRAPH_VNNI, DECODER_GRAPH_VNNI),
+    )
     onnx_backend.OnnxBackend(
         model_dir / "kokoro.onnx",
         device="cpu",
-        stage_paths=(model_dir / FRONT_GRAPH, model_dir / DECODER_GRAPH),
-        int8_stage_paths=(model_dir / FRONT_GRAPH_VNNI, model_dir / DECODER_GRAPH_VNNI),
+        stage_paths=(model_dir / portable[0], model_dir / portable[1], model_dir / portable[2]),
+        int8_stage_paths=(model_dir / int8[0], model_dir / int8[1], model_dir / int8[2]),
     )
-    assert loaded == ([FRONT_GRAPH_VNNI, DECODER_GRAPH_VNNI] if exact else [FRONT_GRAPH, DECODER_GRAPH])
+    assert loaded == list(int8 if exact else portable)

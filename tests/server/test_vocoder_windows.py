@@ -1,4 +1,4 @@
-"""Windowed decoding on the real model: the two stages reproduce the shipped graph, windows sound like the whole
+"""Windowed decoding on the real model: the stages reproduce the shipped graph, windows sound like the whole
 chunk, seams do not click, and Whisper base understands the windowed speech.
 
 Why these bounds (measured on this export, tests' sentences and voices, 2 CPU cores):
@@ -36,6 +36,8 @@ from kokoro_tts.audio import float_to_pcm16
 from kokoro_tts.backends.onnx import OnnxBackend
 from kokoro_tts.backends.ort_sessions import exact_int8_dot_products
 from kokoro_tts.backends.stages import (
+    FEATURES_CONTEXT,
+    FEATURES_PRIOR,
     PRIOR_FRAMES,
     SAMPLES_PER_FRAME,
     SILENT_TOKENS,
@@ -100,20 +102,20 @@ def derived(model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Stages
 
 
 @pytest.fixture(scope="module")
-def stage_paths(derived: StagesResult) -> tuple[Path, Path]:
-    """The pair the server runs on this CPU (backends/onnx.py)."""
-    return (derived.front_vnni, derived.decoder_vnni) if exact_int8_dot_products() else (derived.front, derived.decoder)
+def stage_paths(derived: StagesResult) -> tuple[Path, Path, Path]:
+    """The graphs the server runs on this CPU (backends/onnx.py)."""
+    return derived.graphs_vnni if exact_int8_dot_products() else derived.graphs
 
 
 def test_the_int8_build_convolves_by_integer_matrix_products(derived: StagesResult) -> None:
     # conv_integer_as_matmul rewrote every ConvInteger (the parity test below holds it to the shipped graph).
-    for path in (derived.front_vnni, derived.decoder_vnni):
+    for path in derived.graphs_vnni:
         ops = [node.op_type for node in onnx.load(str(path)).graph.node]
         assert "ConvInteger" not in ops and "MatMulInteger" in ops, path.name
 
 
 @pytest.fixture(scope="module")
-def stages(stage_paths: tuple[Path, Path], derived: StagesResult) -> OnnxStages:
+def stages(stage_paths: tuple[Path, Path, Path], derived: StagesResult) -> OnnxStages:
     return OnnxStages(*stage_paths, threads=2, priors=derived.priors)
 
 
@@ -182,16 +184,14 @@ BUILDS = ["portable", *(["int8"] if exact_int8_dot_products() else [])]
 
 @pytest.fixture(scope="module", params=BUILDS)
 def exact_cut(request: pytest.FixtureRequest, model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> OnnxStages:
-    """The two stages as cut, the STFT left as it is in the shipped graph."""
+    """The three stages as cut, the STFT left as it is in the shipped graph."""
     folder = tmp_path_factory.mktemp("exact-cut")
-    front, decoder = folder / "front.onnx", folder / "decoder.onnx"
-    derive_stage_graphs(
-        model_dir / "kokoro.onnx", front, decoder, dft_as_conv=False, conv_as_matmul=request.param == "int8"
-    )
-    return OnnxStages(front, decoder, threads=2)
+    graphs = (folder / "front.onnx", folder / "features.onnx", folder / "decoder.onnx")
+    derive_stage_graphs(model_dir / "kokoro.onnx", graphs, dft_as_conv=False, conv_as_matmul=request.param == "int8")
+    return OnnxStages(*graphs, threads=2)
 
 
-def test_two_stages_reproduce_the_shipped_graph(model_dir: Path, exact_cut: OnnxStages, cases: list[Case]) -> None:
+def test_the_stages_reproduce_the_shipped_graph(model_dir: Path, exact_cut: OnnxStages, cases: list[Case]) -> None:
     monolithic = OnnxBackend(model_dir / "kokoro.onnx", device="cpu", threads=2)
     for case in cases[:2]:
         expected = monolithic.synthesize(case.tokens, case.style, 1.0)
@@ -200,12 +200,13 @@ def test_two_stages_reproduce_the_shipped_graph(model_dir: Path, exact_cut: Onnx
         assert np.abs(expected - whole).max() <= 1e-6  # measured: 0.0, bit for bit
 
 
-def test_the_fronts_stft_as_a_convolution_is_the_same_transform(
+def test_the_harmonic_sources_stft_as_a_convolution_is_the_same_transform(
     exact_cut: OnnxStages, stages: OnnxStages, cases: list[Case]
 ) -> None:
     for case in cases:
-        shipped, ours = (s.front(case.tokens, case.style, 1.0) for s in (exact_cut, stages))
+        shipped, ours = (s.complete(s.front(case.tokens, case.style, 1.0)) for s in (exact_cut, stages))
         assert np.array_equal(ours.features, shipped.features) and np.array_equal(ours.durations, shipped.durations)
+        assert ours.harmonics is not None and shipped.harmonics is not None
         # harmonics: 11 magnitudes, then 11 phases, per STFT frame. The magnitudes agree to float rounding; a phase
         # is compared only where its bin holds energy (elsewhere it is rounding noise either way: stage_graphs.py).
         magnitude, phase = np.split(ours.harmonics, 2, axis=1)
@@ -239,19 +240,24 @@ def test_each_voice_has_priors_and_blends_or_silence_start_empty(
     derived: StagesResult, stages: OnnxStages, cases: list[Case]
 ) -> None:
     with np.load(derived.priors) as saved:
-        voices = [name for name in saved.files if name != SILENT_TOKENS]
+        voices = [name for name in saved.files if name != SILENT_TOKENS and not name.startswith(FEATURES_PRIOR)]
         assert set(VOICES) <= set(voices)
         assert all(saved[name].shape == (2, 2, stages.channels) for name in voices)
+        assert all(saved[FEATURES_PRIOR + name].shape == (2, 2, stages.features_channels) for name in voices)
         assert np.isfinite(np.stack([saved[name] for name in voices])).all()
+        assert np.isfinite(np.stack([saved[FEATURES_PRIOR + name] for name in voices])).all()
         assert len(saved[SILENT_TOKENS]) >= 4  # , . ! ? at least
     case = cases[0]
     prosody = stages.front(case.tokens, case.style, 1.0)
-    assert stages.norm_pool(case.voice, case.tokens, prosody).weight == PRIOR_FRAMES
-    assert stages.norm_pool("af_heart:0.5,bf_emma:0.5", case.tokens, prosody).moments is None
+    pool = stages.norm_pool(case.voice, case.tokens, prosody)
+    assert pool.generator.weight == pool.features.weight == PRIOR_FRAMES
+    blend = stages.norm_pool("af_heart:0.5,bf_emma:0.5", case.tokens, prosody)
+    assert blend.generator.moments is None and blend.features.moments is None
     silent = replace(
         prosody, durations=np.full(prosody.durations.shape, 1.0) * (np.arange(prosody.durations.size) == 0)
     )
-    assert stages.norm_pool(case.voice, case.tokens, silent).moments is None  # all in the leading pad: silence
+    quiet = stages.norm_pool(case.voice, case.tokens, silent)  # all in the leading pad: silence
+    assert quiet.generator.moments is None and quiet.features.moments is None
 
 
 def test_front_outputs_line_up(stages: OnnxStages, cases: list[Case]) -> None:
@@ -259,11 +265,57 @@ def test_front_outputs_line_up(stages: OnnxStages, cases: list[Case]) -> None:
     prosody = stages.front(case.tokens, case.style, 1.0)
     assert prosody.durations.size == len(case.tokens) + 2
     assert int(prosody.durations.sum()) == prosody.frames
+    assert prosody.f0.shape[-1] == prosody.energy.shape[-1] == 2 * prosody.frames
+    assert prosody.features is None  # made for the windows after the first (engine.py)
+    stages.complete(prosody)
+    assert prosody.features is not None and prosody.harmonics is not None
     assert prosody.features.shape[-1] == 2 * prosody.frames
     assert prosody.harmonics.shape[-1] == 120 * prosody.frames + 1
     assert case.whole.size == prosody.frames * SAMPLES_PER_FRAME
     slower = stages.front(case.tokens, case.style, 0.8)
     assert slower.frames > prosody.frames
+
+
+def test_a_prefix_makes_the_first_windows_input(stages: OnnxStages, cases: list[Case]) -> None:
+    # The first window's features and harmonics come from a prefix of the chunk (stages.py): its harmonics are the
+    # whole chunk's exactly (the sine phase runs from the chunk's start), its features are, given the whole chunk's
+    # statistics, to the int8 noise floor (measured: 3-5 % of the largest feature), and without the context its
+    # last frames are not (measured: 30 %).
+    case = cases[0]
+    prosody = stages.complete(stages.front(case.tokens, case.style, 1.0))
+    assert prosody.features is not None and prosody.harmonics is not None
+    whole = NormPool()
+    stages.features(prosody, None, whole)  # the whole chunk's statistics
+    assert whole.moments is not None
+    window = 20
+
+    def prefix(context: int) -> tuple[float, bool]:
+        """The prefix's largest feature error, relative; whether its harmonics are the whole chunk's."""
+        features, harmonics = stages.features(prosody, window + context, NormPool(whole.moments, prior_frames=1e9))
+        assert prosody.features is not None and prosody.harmonics is not None
+        difference = np.abs(features[..., : 2 * window] - prosody.features[..., : 2 * window]).max()
+        same = np.array_equal(harmonics[..., : 120 * window + 1], prosody.harmonics[..., : 120 * window + 1])
+        return float(difference / np.abs(prosody.features).max()), same
+
+    (error, same), (bare_error, bare_same) = prefix(FEATURES_CONTEXT), prefix(0)
+    assert same and error < 0.1
+    assert not bare_same and bare_error > 0.1
+
+
+def test_only_the_first_pooled_window_waits_for_no_whole_chunk_input(stages: OnnxStages, cases: list[Case]) -> None:
+    case = cases[0]
+    prosody = stages.front(case.tokens, case.style, 1.0)
+    pool = stages.norm_pool(case.voice, case.tokens, prosody)
+    first = stages.decode(prosody, 0, 30, pool)
+    assert prosody.features is None and first.size == 30 * SAMPLES_PER_FRAME
+    assert pool.features.weight == PRIOR_FRAMES + 30 + FEATURES_CONTEXT  # the prefix's frames joined the pool
+    stages.decode(prosody, 30, 40, pool)
+    assert prosody.features is not None  # made for the second window, once
+    # The first window made from the prefix sounds as it does from the whole chunk's input: measured 1.3-1.8 dB
+    # log-mel L1 for 20-40 frames of these sentences (1.5-2.6 dB on "Sure, I can help with that."), about the
+    # distance the int8 decoder itself moves when its features are scaled by 1.001 (module docstring).
+    complete = stages.decode(prosody, 0, 30, stages.norm_pool(case.voice, case.tokens, prosody))
+    assert log_mel_l1_db(complete, first) <= 2.0
 
 
 def test_window_plan_covers_the_chunk_and_starts_small() -> None:
@@ -324,6 +376,35 @@ def test_a_shared_decoder_plans_the_smallest_first_window() -> None:
     speed = speed_of(*NOMINAL)
     assert PLAN.first_size(102, speed) > PLAN.first
     assert PLAN.first_size(102, speed, share=8.0) == PLAN.first
+
+
+def test_the_plan_counts_the_input_the_windows_make() -> None:
+    # The first window makes its input from a prefix and the second window's job the whole chunk's first
+    # (backends/stages.py): both take time from the audio queued ahead.
+    speed, inputs = speed_of(*NOMINAL), speed_of(0.01, 0.0003)
+    assert PLAN.paced_cost(6, 81, speed, 0.2) is not None
+    assert PLAN.paced_cost(6, 81, speed, 0.2, inputs=inputs) is None  # the second window's job is late
+    # With nothing queued, keeping up then takes a larger first window; behind 300 ms of audio the largest that
+    # fits is smaller, its prefix paid first.
+    assert PLAN.first_size(81, speed) < PLAN.first_size(81, speed, inputs=inputs)
+    assert PLAN.first_size(81, speed, 0.3) > PLAN.first_size(81, speed, 0.3, inputs=inputs)
+    assert PLAN.prefix_cost(10, 81, inputs) == pytest.approx(0.01 + 0.0003 * (10 + FEATURES_CONTEXT))
+    assert PLAN.prefix_cost(10, 15, inputs) == pytest.approx(0.01 + 0.0003 * 15)  # the prefix is at most the chunk
+
+
+def test_the_decoders_speed_is_learnt_without_the_first_windows_prefix() -> None:
+    inputs = speed_of(0.02, 0.001)
+
+    def decode(lo: int, hi: int) -> np.ndarray:
+        decoder.now += NOMINAL[0] + NOMINAL[1] * (hi - lo) + (PLAN.prefix_cost(hi, 120, inputs) if not lo else 0.0)
+        return np.zeros((hi - lo) * SAMPLES_PER_FRAME, np.float32)
+
+    decoder = FakeDecoder(*NOMINAL)
+    windows = ChunkWindows(decode, 120, PLAN, DecoderSpeed(), clock=decoder.clock, inputs=inputs)
+    for size in (10, 30, 80):
+        windows.decode(size)
+    fixed, per_frame = windows.speed.line()
+    assert fixed == pytest.approx(NOMINAL[0]) and per_frame == pytest.approx(NOMINAL[1])
 
 
 def test_fixed_growth_after_a_first_window_would_run_dry() -> None:
@@ -409,13 +490,13 @@ def test_float_weights_decoder_is_the_same_model(derived: StagesResult, cases: l
     # from the portable build (its ConvInteger nodes as the export quantized them).
     from scripts.weights.dequantize import dequantize
 
-    front, decoder = derived.front, derived.decoder
+    front, features, decoder = derived.graphs
     model = dequantize(onnx.load(str(decoder)))
     ops = {node.op_type for node in model.graph.node}
     assert not ops & {"ConvInteger", "MatMulInteger", "DynamicQuantizeLinear"}
     floats = tmp_path / "decoder-float.onnx"
     onnx.save(model, str(floats))
-    stages = OnnxStages(front, floats, threads=2)
+    stages = OnnxStages(front, features, floats, threads=2)
     case = cases[0]
     audio = stages.decode(stages.front(case.tokens, case.style, 1.0))
     # Measured 0.97-1.01 dB log-mel L1 from the int8 decoder (its activations are no longer rounded to 8 bits).

@@ -22,21 +22,24 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from ..weights.layout import WeightLayout
-    from .stages import NormPool, Prosody
+    from .stages import ChunkPool, Prosody
 
 log = logging.getLogger(__name__)
 
 
 class Stages(Protocol):
-    """Kokoro in two stages (stages.py): the prosody front once per chunk, then the decoder window by window."""
+    """Kokoro in stages (stages.py): the prosody front once per chunk, then the decoder window by window; the
+    generator's input for the whole chunk is made once, for the windows after the first (``complete``)."""
 
     def front(self, tokens: list[int], style: np.ndarray, speed: float) -> Prosody: ...
 
+    def complete(self, prosody: Prosody) -> Prosody: ...
+
     def decode(
-        self, prosody: Prosody, start: int = 0, stop: int | None = None, pool: NormPool | None = None
+        self, prosody: Prosody, start: int = 0, stop: int | None = None, pool: ChunkPool | None = None
     ) -> np.ndarray: ...
 
-    def norm_pool(self, voice: str, tokens: Sequence[int], prosody: Prosody) -> NormPool: ...
+    def norm_pool(self, voice: str, tokens: Sequence[int], prosody: Prosody) -> ChunkPool: ...
 
 
 class Backend(Protocol):
@@ -47,7 +50,7 @@ class Backend(Protocol):
 
     @property
     def stages(self) -> Stages | None:
-        """The two stages for windowed decoding; None: this backend synthesizes whole chunks only."""
+        """The stages for windowed decoding; None: this backend synthesizes whole chunks only."""
         ...
 
     def synthesize(self, tokens: list[int], style: np.ndarray, speed: float) -> np.ndarray:
@@ -66,6 +69,8 @@ def load_backend(settings: Settings) -> Backend:
     from ..weights.layout import (
         DECODER_GRAPH,
         DECODER_GRAPH_VNNI,
+        FEATURES_GRAPH,
+        FEATURES_GRAPH_VNNI,
         FRONT_GRAPH,
         FRONT_GRAPH_VNNI,
         NORM_PRIORS,
@@ -76,8 +81,9 @@ def load_backend(settings: Settings) -> Backend:
     if settings.backend == "onnx":
         from .onnx import OnnxBackend
 
-        stages = (layout.root / FRONT_GRAPH, layout.root / DECODER_GRAPH)
-        int8_stages = (layout.root / FRONT_GRAPH_VNNI, layout.root / DECODER_GRAPH_VNNI)
+        root = layout.root
+        stages = (root / FRONT_GRAPH, root / FEATURES_GRAPH, root / DECODER_GRAPH)
+        int8_stages = (root / FRONT_GRAPH_VNNI, root / FEATURES_GRAPH_VNNI, root / DECODER_GRAPH_VNNI)
         have_stages = all(path.is_file() for path in stages)
         if not have_stages:
             log.warning("the layout has no stage graphs (kokoro-weights derive-stages): whole chunks, no windows")

@@ -17,9 +17,9 @@ log = logging.getLogger(__name__)
 
 class OnnxBackend:
     """With the layout's derived stage graphs (``stage_paths``; ``int8_stage_paths`` on a CPU that runs them
-    exactly): ``stages`` (the prosody front and the vocoder's generator, for windowed decoding: engine.py), and
-    ``synthesize`` runs the same two on a whole chunk, so windowing on and off differ only in the windows. Without
-    them: the shipped monolithic graph."""
+    exactly): ``stages`` (the prosody front, the generator's input and the generator, for windowed decoding:
+    engine.py), and ``synthesize`` runs the same three on a whole chunk, so windowing on and off differ only in the
+    windows. Without them: the shipped monolithic graph."""
 
     name = "onnx"
 
@@ -28,9 +28,9 @@ class OnnxBackend:
         model_path: Path,
         device: str = "auto",
         threads: int = 0,
-        stage_paths: tuple[Path, Path] | None = None,
+        stage_paths: tuple[Path, Path, Path] | None = None,
         workers: int = 0,
-        int8_stage_paths: tuple[Path, Path] | None = None,
+        int8_stage_paths: tuple[Path, Path, Path] | None = None,
         norm_priors: Path | None = None,
     ) -> None:
         available = ort.get_available_providers()

@@ -5,12 +5,13 @@ ROOT/config.json         Kokoro's config.json ("vocab": phoneme → token id)
 ROOT/kokoro.onnx         the ONNX model
 ROOT/kokoro-v1_0.pth     optional torch weights (Hugging Face)
 ROOT/kokoro-v1_0-int8-derived.pth  optional torch weights derived from kokoro.onnx (`derive-torch`)
-ROOT/kokoro-stage-front-dft.onnx  optional: the front (prosody and the decoder's frame-rate blocks) cut from
-                                  kokoro.onnx (`derive-stages`)
-ROOT/kokoro-stage-generator-pooled.onnx  optional: the vocoder's generator cut from kokoro.onnx, its norms taking
-                                  pooled statistics (`derive-stages`)
-ROOT/kokoro-stage-*-vnni.onnx     optional: the same two, their convolutions as int8 matrix products
-ROOT/kokoro-generator-norms.npz   optional: each voice's prior for the generator's pooled statistics
+ROOT/kokoro-stage-front-prosody.onnx  optional: the prosody front cut from kokoro.onnx (`derive-stages`)
+ROOT/kokoro-stage-features-pooled.onnx  optional: the decoder's frame-rate blocks and harmonic source, which make
+                                  the generator's input (`derive-stages`)
+ROOT/kokoro-stage-generator-pooled.onnx  optional: the vocoder's generator (`derive-stages`); the norms of these
+                                  two take pooled statistics
+ROOT/kokoro-stage-*-vnni.onnx     optional: the same three, their convolutions as int8 matrix products
+ROOT/kokoro-norm-priors.npz       optional: each voice's priors for the pooled statistics
 ROOT/voices/<name>.bin   voice packs: little-endian float32, 510 × 256
 ROOT/manifest.json       {"model", "source", "files": {path: {"sha256", "bytes"}}}, written last
 ```
@@ -37,21 +38,28 @@ TORCH = "kokoro-v1_0.pth"
 DERIVED_TORCH = "kokoro-v1_0-int8-derived.pth"
 # The stage graphs (scripts/weights/stage_graphs.py), built twice: as the export computes, and with every
 # convolution as a uint8 x int8 matrix product, the same integers on CPUs with 8-bit dot products (VNNI), faster
-# there; other x86 CPUs saturate that product (backends/ort_sessions.py picks). The generator's instance norms take
-# pooled statistics ("pooled"), and each voice's prior for that pool is measured once (NORM_PRIORS).
-FRONT_GRAPH = "kokoro-stage-front-dft.onnx"
+# there; other x86 CPUs saturate that product (backends/ort_sessions.py picks). Three stages: the prosody front, the
+# generator's input features, the generator. The instance norms of the last two take pooled statistics ("pooled"),
+# and each voice's priors for those pools are measured once (NORM_PRIORS).
+FRONT_GRAPH = "kokoro-stage-front-prosody.onnx"
+FEATURES_GRAPH = "kokoro-stage-features-pooled.onnx"
 DECODER_GRAPH = "kokoro-stage-generator-pooled.onnx"
-FRONT_GRAPH_VNNI = "kokoro-stage-front-dft-vnni.onnx"
+FRONT_GRAPH_VNNI = "kokoro-stage-front-prosody-vnni.onnx"
+FEATURES_GRAPH_VNNI = "kokoro-stage-features-pooled-vnni.onnx"
 DECODER_GRAPH_VNNI = "kokoro-stage-generator-pooled-vnni.onnx"
-NORM_PRIORS = "kokoro-generator-norms.npz"
+NORM_PRIORS = "kokoro-norm-priors.npz"
 # What earlier derivations left, which derive-stages removes: the first cut (the whole decoder windowed), a front
-# with the export's STFT, generators normalising over their own frames only.
+# with the export's STFT, generators normalising over their own frames only, fronts that made the generator's input
+# features for the whole chunk, and the generator-only priors.
 EARLIER_STAGE_GRAPHS = (
     "kokoro-front.onnx",
     "kokoro-decoder.onnx",
     "kokoro-stage-front.onnx",
     "kokoro-stage-generator.onnx",
     "kokoro-stage-generator-vnni.onnx",
+    "kokoro-stage-front-dft.onnx",
+    "kokoro-stage-front-dft-vnni.onnx",
+    "kokoro-generator-norms.npz",
 )
 VOICES = "voices"
 MANIFEST = "manifest.json"
@@ -74,7 +82,16 @@ VOICE_NAMES: tuple[str, ...] = (
 
 # The only relative paths a manifest may name: nothing can point outside the layout (an older layout's manifest
 # still lists its earlier stage graphs).
-_STAGE_GRAPHS = (FRONT_GRAPH, DECODER_GRAPH, FRONT_GRAPH_VNNI, DECODER_GRAPH_VNNI, NORM_PRIORS, *EARLIER_STAGE_GRAPHS)
+_STAGE_GRAPHS = (
+    FRONT_GRAPH,
+    FEATURES_GRAPH,
+    DECODER_GRAPH,
+    FRONT_GRAPH_VNNI,
+    FEATURES_GRAPH_VNNI,
+    DECODER_GRAPH_VNNI,
+    NORM_PRIORS,
+    *EARLIER_STAGE_GRAPHS,
+)
 _FILES = (CONFIG, ONNX, TORCH, DERIVED_TORCH, *_STAGE_GRAPHS)
 _PATH_RE = re.compile("^(?:" + "|".join(map(re.escape, _FILES)) + rf"|{VOICES}/[A-Za-z0-9_]+\.bin)$")
 _SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
