@@ -328,8 +328,9 @@ class TTSEngine:
                     speed=self.decoder_speed,
                     inputs=self.input_speed,
                 )
-                pieces.append(next(windows))
-                self._complete(prosody)  # as the stream's second job does
+                pieces.append(first := next(windows))
+                if first.size < prosody.frames * SAMPLES_PER_FRAME:
+                    self._complete(prosody)  # as the stream's second job does
                 pieces += windows
             else:
                 pieces.append(self.backend.synthesize(tokens, style, request.speed))
