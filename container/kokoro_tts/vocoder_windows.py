@@ -231,9 +231,13 @@ class ChunkWindows:
         window by ``WindowPlan.first_size``, the later ones paced (``WindowPlan.paced_size``)."""
         if not self.start:
             return self.plan.first_size(self.frames, self.speed, queued_s, share, self.inputs)
-        if self.count + 1 >= self.plan.windows(self.frames):
-            return self.frames - self.start  # the last window: the rest
-        return self.plan.paced_size(queued_s, self.speed, share) or self.plan.largest  # behind: the rest at once
+        paced, rest = self.plan.paced_size(queued_s, self.speed, share), self.frames - self.start
+        if not paced:
+            return self.plan.largest  # behind: the rest at once
+        if self.count + 1 >= self.plan.windows(self.frames) and paced >= rest:
+            return rest  # the last window: the rest
+        # A window more than planned when the rest would not be ready in time (the machine slower than learnt).
+        return paced
 
     def decode(self, size: int) -> np.ndarray:
         """Audio of the next window of about ``size`` frames (a short tail is merged in: ``WindowPlan.stop``)."""

@@ -18,6 +18,7 @@ import argparse
 import statistics
 import tempfile
 import time
+from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
 
@@ -28,7 +29,7 @@ from kokoro_tts.backends.ort_sessions import exact_int8_dot_products
 from kokoro_tts.backends.stages import SAMPLES_PER_FRAME, ChunkPool, Prosody
 from kokoro_tts.phonemes import Phonemizer
 from kokoro_tts.text_chunks import split_utterance
-from kokoro_tts.vocoder_windows import DecoderSpeed, WindowPlan, decode_in_windows
+from kokoro_tts.vocoder_windows import Decode, DecoderSpeed, WindowPlan, decode_in_windows
 from kokoro_tts.voices import VoiceBank
 from kokoro_tts.weights.layout import WeightLayout
 
@@ -75,9 +76,21 @@ def main() -> None:
         peer.create(sentences[0], voice=VOICE, speed=1.0, lang="en-us")
         whole.synthesize(inputs[0][1], inputs[0][2], 1.0)
         shipped.synthesize(inputs[0][1], inputs[0][2], 1.0)
+        making = DecoderSpeed()  # what making a chunk's whole input takes, learnt as the engine does
+
+        def windowed(prosody: Prosody, decode: Decode) -> Iterator[np.ndarray]:
+            """The chunk's windows as the engine makes them: the whole chunk's input made after the first."""
+            windows = decode_in_windows(decode, prosody.frames, plan, speed=speed, inputs=making)
+            yield (first := next(windows))
+            if first.size < prosody.frames * SAMPLES_PER_FRAME:
+                began = time.perf_counter()
+                stages.complete(prosody)
+                making.add(prosody.frames, time.perf_counter() - began)
+            yield from windows
+
         warm = stages.front(inputs[0][1], inputs[0][2], 1.0)  # the engine's warm-up: the decoder's speed is known
         warm_pool = stages.norm_pool(VOICE, inputs[0][1], warm)
-        list(decode_in_windows(partial(stages.decode, warm, pool=warm_pool), warm.frames, plan, speed=speed))
+        list(windowed(warm, partial(stages.decode, warm, pool=warm_pool)))
         for _ in range(args.trials):
             for text, tokens, style in inputs:
                 started = time.perf_counter()
@@ -96,7 +109,7 @@ def main() -> None:
 
                 decoded[1] += prosody.frames
                 # As the engine does: the first window is planned from the speed learnt on the chunks before.
-                for piece in decode_in_windows(decode, prosody.frames, plan, speed=speed):
+                for piece in windowed(prosody, decode):
                     arrivals.append((time.perf_counter() - started, piece.size / 24_000))
                 times["first"].append(arrivals[0][0])
                 times["windowed"].append(time.perf_counter() - started)
