@@ -42,6 +42,7 @@ class Sample:
     total_ms: float
     audio_s: float
     synth_ms: float | None = None  # the server's compute time (WS synthesis_complete), when it reports one
+    underrun_ms: float = 0.0  # silence a player starting at the first audio heard before the end (``underruns``)
 
     @property
     def rtf(self) -> float:
@@ -52,6 +53,23 @@ def pct(values: Sequence[float], q: float) -> float:
     """Nearest-rank percentile: with 5 trials p95 is the slowest one, never an interpolation between two."""
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def underruns(chunks: list[tuple[float, float]]) -> tuple[int, float]:
+    """(times, ms of silence in all) a player runs dry after it started: ``chunks`` are (arrival ms, audio ms)
+    in order, the player starting at the first and playing each one as soon as it has both it and the time."""
+    gaps = gaps_of(chunks)
+    return len(gaps), sum(gap for _, gap in gaps)
+
+
+def gaps_of(chunks: list[tuple[float, float]]) -> list[tuple[int, float]]:
+    """(index of the chunk that ended it, ms) per underrun of ``underruns``' player."""
+    gaps, played_until = [], None
+    for i, (arrived, audio_ms) in enumerate(chunks):
+        if played_until is not None and arrived > played_until:
+            gaps.append((i, arrived - played_until))
+        played_until = max(arrived, played_until or arrived) + audio_ms
+    return gaps
 
 
 def model_dir() -> Path:
@@ -94,11 +112,13 @@ async def ws_once(url: str, text: str, *, first_audio_only: bool = False) -> Sam
         started = time.perf_counter()
         await ws.send(encode(Synthesize(text)))
         ttfa, size, synth_ms = None, 0, None
+        arrivals: list[tuple[float, float]] = []  # (ms since the text was sent, ms of audio) per audio frame
         while True:
             message = await ws.recv()
             if isinstance(message, bytes):
                 ttfa = ttfa or time.perf_counter() - started
                 size += len(message)
+                arrivals.append((1000 * (time.perf_counter() - started), 1000 * len(message) / BYTES_PER_SECOND))
                 if first_audio_only:
                     break
                 continue
@@ -109,7 +129,8 @@ async def ws_once(url: str, text: str, *, first_audio_only: bool = False) -> Sam
                 synth_ms = frame.synth_ms
                 break
         total = time.perf_counter() - started
-    return Sample(1000 * (ttfa or total), 1000 * total, 0.0 if first_audio_only else size / BYTES_PER_SECOND, synth_ms)
+    audio_s = 0.0 if first_audio_only else size / BYTES_PER_SECOND
+    return Sample(1000 * (ttfa or total), 1000 * total, audio_s, synth_ms, underruns(arrivals)[1])
 
 
 async def server_metrics(client: httpx.AsyncClient, url: str) -> dict[str, float]:
@@ -188,11 +209,14 @@ async def concurrent(url: str, sessions: int, text: str = LONG) -> dict[str, obj
     wall = time.perf_counter() - started
     stop.set()
     await prober
-    ttfa = [s.ttfa_ms for s in samples]
+    ttfa, silences = [s.ttfa_ms for s in samples], [s.underrun_ms for s in samples]
     return {
         "sessions": sessions,
         "ttfa_p50_ms": pct(ttfa, 0.5),
         "ttfa_p95_ms": pct(ttfa, 0.95),
+        # Heard to the end: the sessions whose player ran dry after its first audio, and the longest silence in all.
+        "sessions_ran_dry": sum(silence > 0 for silence in silences),
+        "underrun_ms_max": max(silences),
         "aggregate_rtf": wall / sum(s.audio_s for s in samples),
         "ping_p50_ms": pct(ping_ms, 0.5),
         "ping_max_ms": max(ping_ms),

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-from .client import pct
+from .client import gaps_of, pct, underruns
 from .report import Row, Section
 from .texts import SEED_BIDI_SPEEDUP
 
@@ -88,28 +88,11 @@ def _scripted_source(model: Any, prompt: str) -> Callable[[threading.Event], Asy
     return source
 
 
-def underruns(chunks: list[tuple[float, float]]) -> tuple[int, float]:
-    """(times, ms of silence in all) a player runs dry after it started: ``chunks`` are (arrival ms, audio ms)
-    in order, the player starting at the first and playing each one as soon as it has both it and the time."""
-    gaps = _gaps(chunks)
-    return len(gaps), sum(gap for _, gap in gaps)
-
-
-def _gaps(chunks: list[tuple[float, float]]) -> list[tuple[int, float]]:
-    """(index of the chunk that ended it, ms) per underrun of ``underruns``' player."""
-    gaps, played_until = [], None
-    for i, (arrived, audio_ms) in enumerate(chunks):
-        if played_until is not None and arrived > played_until:
-            gaps.append((i, arrived - played_until))
-        played_until = max(arrived, played_until or arrived) + audio_ms
-    return gaps
-
-
 def llm_underruns(chunks: list[tuple[float, float]], written: list[float | None]) -> tuple[int, float]:
     """The underruns of ``underruns`` during which the LLM had not yet written the text the player waited for:
     ``written[i]``, when chunk i's sentence was complete (ms, None: an earlier one's). No TTS can speak those
     sooner; the others are the TTS's."""
-    gaps = [(i, gap) for i, gap in _gaps(chunks) if (w := written[i]) is not None and w > chunks[i][0] - gap]
+    gaps = [(i, gap) for i, gap in gaps_of(chunks) if (w := written[i]) is not None and w > chunks[i][0] - gap]
     return len(gaps), sum(gap for _, gap in gaps)
 
 

@@ -1,10 +1,12 @@
 """load: N sessions speak a multi-sentence reply at once, N = 1, 2, 4, 8, 16.
 
 Per level: p50/p95 time to first audio across the sessions, the aggregate real-time factor (wall time over the
-sum of the audio produced: below 1 means the machine keeps up with N listeners), and /ping latency meanwhile
-(the event loop must stay free while the workers synthesize). With a windowing-off server in the run
-(KOKORO_WINDOWED=0), every level runs on it too, level by level, and the headline compares the first-audio spread:
-p95 at the most sessions over the single session's p50 (each session's first window ahead of others' later ones).
+sum of the audio produced: below 1 means the machine keeps up with N listeners), /ping latency meanwhile (the
+event loop must stay free while the workers synthesize), and how many sessions' players ran dry after their first
+audio, heard to the end (a quick first audio and then a gap is not what a caller wants either). With a
+windowing-off server in the run (KOKORO_WINDOWED=0), every level runs on it too, level by level, and the headline
+compares the first-audio spread: p95 at the most sessions over the single session's p50 (each session's first
+window ahead of others' later ones).
 
 The server's own view comes from its GET /metrics, sampled every 100 ms while a level runs: the scheduler's queue
 depth (max and p95 of the samples) and how many utterances its counters say it completed (one per session).
@@ -60,7 +62,9 @@ async def run_load(url: str, levels: list[int], whole_url: str | None = None) ->
         f"/ping p50 ≤ {max(float(r['ping_p50_ms']) for r in rows):.0f} ms, "
         f"max {max(float(r['ping_max_ms']) for r in rows):.0f} ms; "
         f"queue depth (/metrics) max {last['queue_depth_max']:.0f}, p95 {last['queue_depth_p95']:.0f} "
-        f"at {last['sessions']} sessions"
+        f"at {last['sessions']} sessions; heard to the end, sessions that ran dry after their first audio: "
+        + ", ".join(f"{r['sessions_ran_dry']} of {r['sessions']}" for r in rows)
+        + f" (longest silence {max(float(r['underrun_ms_max']) for r in rows):.0f} ms)"
     )
     data: dict[str, object] = {"reply": LOAD_REPLY, "reply_chars": len(LOAD_REPLY), "levels": rows}
     spread = float(last["ttfa_p95_ms"]) / float(first["ttfa_p50_ms"])

@@ -36,8 +36,7 @@ from kokoro_tts.weights.layout import WeightLayout
 from scripts.weights.dequantize import dequantize
 from scripts.weights.stage_graphs import derive_stage_graphs
 
-from .client import model_dir
-from .end_to_end import underruns
+from .client import model_dir, underruns
 from .peer import VOICE, _peer, build_voices_npz
 from .texts import REPLY
 

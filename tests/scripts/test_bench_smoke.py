@@ -12,7 +12,7 @@ import pytest
 from kokoro_client.audio import SAMPLE_RATE
 from kokoro_tts.audio import FORMATS
 
-from scripts.bench.end_to_end import underruns
+from scripts.bench.client import underruns
 
 REPO = Path(__file__).resolve().parents[2]
 SECTIONS = ("isolated_tts", "end_to_end", "transport", "load", "peer")
@@ -49,6 +49,7 @@ def test_quick_bench_writes_every_section(tmp_path: Path, model_dir: Path) -> No
     for level in results["load"]["levels"] + results["load"]["windowing_off"]["levels"]:
         assert level["server_utterances"] == level["sessions"], level
         assert 0 <= level["queue_depth_p95"] <= level["queue_depth_max"], level
+        assert 0 <= level["sessions_ran_dry"] <= level["sessions"] and level["underrun_ms_max"] >= 0, level
     end_to_end = results["end_to_end"]
     if end_to_end["measured"]:
         assert set(end_to_end["modes"]) == {"bidi", "batch", "bidi, windowing off"}

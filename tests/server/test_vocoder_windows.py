@@ -52,7 +52,7 @@ from kokoro_tts.weights.layout import EARLIER_STAGE_GRAPHS, MANIFEST, WeightLayo
 from support.audio_metrics import log_mel_l1_db, seam_features
 from support.listener import WhisperListener, word_errors
 
-from scripts.bench.end_to_end import underruns
+from scripts.bench.client import underruns
 from scripts.weights.stage_graphs import StagesResult, derive_stage_graphs, derive_stages
 
 SENTENCES = [
