@@ -34,8 +34,8 @@ from kokoro_client.protocol import WordTiming
 
 from .audio import SAMPLE_RATE, float_to_pcm16
 from .backends import Backend, load_backend
-from .backends.stages import SAMPLES_PER_FRAME, Prosody
-from .backends.threads import alone, run_as
+from .backends.stages import SAMPLES_PER_FRAME
+from .backends.threads import run_as
 from .normalize import TextMap, normalize
 from .phonemes import Phonemizer, TokenBatch, clean_text_mapped
 from .scheduler import DeadlineScheduler, Limit
@@ -272,22 +272,19 @@ class TTSEngine:
             request, timing = decoding.request, decoding.timing
             if decoding.windows is None:
                 ids = decoding.batch.ids
-                decoding.prosody = prosody = stages.front(ids, request.voice.style(len(ids)), request.speed)
+                prosody = stages.front(ids, request.voice.style(len(ids)), request.speed)
                 decoding.windows = ChunkWindows(
                     partial(stages.decode, prosody, pool=stages.norm_pool(request.voice.spec, ids, prosody)),
                     prosody.frames,
                     self.window_plan,
                     self.decoder_speed,
                     inputs=self.input_speed,
+                    complete=partial(stages.complete, prosody),
                 )
                 decoding.words = batch_words(decoding.batch, prosody.durations, timing.cursor)
-            else:  # the first window took its input from a prefix; the rest take the chunk's, made here once
-                assert decoding.prosody is not None
-                self._complete(decoding.prosody)
             windows = decoding.windows
             # The loop's clock is time.monotonic: the seconds of audio still queued ahead of this window.
-            size = windows.next_size(deadline - time.monotonic(), self.scheduler.share())
-            pcm = float_to_pcm16(windows.decode(size))
+            pcm = float_to_pcm16(windows.next_window(lambda: deadline - time.monotonic(), self.scheduler.share()))
             # The words starting in this window (the last window takes the rest).
             ends = windows.start * SAMPLES_PER_FRAME if not windows.done else None
             words = [w for w in decoding.words if ends is None or w.start < ends]
@@ -296,16 +293,6 @@ class TTSEngine:
 
         pcm, synth_ms, words = await self.scheduler.run(job, deadline, label)
         return AudioChunk(index, decoding.text, pcm, synth_ms, words)
-
-    def _complete(self, prosody: Prosody) -> None:
-        """The chunk's input for the windows after the first; its cost is learnt, for planning first windows."""
-        stages = self.backend.stages
-        assert stages is not None
-        if prosody.features is None:
-            began = time.perf_counter()
-            stages.complete(prosody)
-            if alone():  # the machine's own speed, as DecoderSpeed learns it
-                self.input_speed.add(prosody.frames, time.perf_counter() - began)
 
     def _token_batches(self, text: str, request: SpeechRequest) -> list[list[int]]:
         return [batch.ids for batch in self._batches(text, request)]
@@ -321,17 +308,14 @@ class TTSEngine:
             if self.windowed and (stages := self.backend.stages) is not None:
                 prosody = stages.front(tokens, style, request.speed)
                 pool = stages.norm_pool(request.voice.spec, tokens, prosody)
-                windows = decode_in_windows(
+                pieces += decode_in_windows(
                     partial(stages.decode, prosody, pool=pool),
                     prosody.frames,
                     self.window_plan,
                     speed=self.decoder_speed,
                     inputs=self.input_speed,
+                    complete=partial(stages.complete, prosody),
                 )
-                pieces.append(first := next(windows))
-                if first.size < prosody.frames * SAMPLES_PER_FRAME:
-                    self._complete(prosody)  # as the stream's second job does
-                pieces += windows
             else:
                 pieces.append(self.backend.synthesize(tokens, style, request.speed))
         if not pieces:
@@ -353,7 +337,6 @@ class _Decoding:
     def __init__(self, text: str, batch: TokenBatch, request: SpeechRequest, timing: _Timing) -> None:
         self.text, self.batch, self.request, self.timing = text, batch, request, timing
         self.windows: ChunkWindows | None = None
-        self.prosody: Prosody | None = None
         self.words: list[TimedWord] = []  # the batch's words not yet sent with a window
 
     @property

@@ -210,9 +210,12 @@ class ChunkWindows:
         speed: DecoderSpeed | None = None,
         clock: Callable[[], float] = time.perf_counter,
         inputs: DecoderSpeed | None = None,
+        complete: Callable[[], object] | None = None,
     ) -> None:
         self._decode, self.frames, self.plan, self._clock = decode, frames, plan, clock
         self.inputs = inputs  # what making the generator's input costs (``WindowPlan.paced_cost``)
+        # Makes the chunk's whole input, which the windows after the first decode from (backends/stages.py).
+        self._complete = complete
         fade = plan.crossfade * SAMPLES_PER_FRAME
         self._ramp = (np.arange(fade, dtype=np.float32) + 0.5) / fade if fade else np.zeros(0, np.float32)
         self._held = np.zeros(0, dtype=np.float32)  # the previous window's overhang
@@ -238,6 +241,18 @@ class ChunkWindows:
             return rest  # the last window: the rest
         # A window more than planned when the rest would not be ready in time (the machine slower than learnt).
         return paced
+
+    def next_window(self, queued_s: Callable[[], float], share: float = 1.0) -> np.ndarray:
+        """Audio of the next window, sized by ``next_size`` against the audio still queued ahead of it (``queued_s``,
+        asked after the chunk's whole input is made: the second window's job makes it first, once, and its cost is
+        learnt into ``inputs``)."""
+        if self.start and self._complete is not None:
+            began = self._clock()
+            self._complete()
+            if alone() and self.inputs is not None:  # the machine's own speed, as ``speed`` learns it
+                self.inputs.add(self.frames, self._clock() - began)
+            self._complete = None
+        return self.decode(self.next_size(queued_s(), share))
 
     def decode(self, size: int) -> np.ndarray:
         """Audio of the next window of about ``size`` frames (a short tail is merged in: ``WindowPlan.stop``)."""
@@ -270,21 +285,26 @@ def decode_in_windows(
     clock: Callable[[], float] = time.perf_counter,
     speed: DecoderSpeed | None = None,
     inputs: DecoderSpeed | None = None,
+    complete: Callable[[], object] | None = None,
 ) -> Iterator[np.ndarray]:
-    """Yield the chunk's audio window by window; joined, the pieces are as long as the whole chunk's audio.
-    ``paced``: size windows by the decoder's measured speed (module docstring; ``speed``: what was learnt on
-    chunks before, for the first window; ``inputs``: ``ChunkWindows``'), playback starting with the first
-    window; else ``plan.bounds``. What the caller does between two windows counts against the audio queued."""
-    windows = ChunkWindows(decode, frames, plan, speed, clock, inputs)
+    """Yield the chunk's audio window by window, as the engine's jobs make it; joined, the pieces are as long as
+    the whole chunk's audio. ``paced``: size windows by the decoder's measured speed (module docstring; ``speed``:
+    what was learnt on chunks before, for the first window; ``inputs``, ``complete``: ``ChunkWindows``'), playback
+    starting with the first window; else ``plan.bounds``. What the caller does between two windows counts against
+    the audio queued."""
+    windows = ChunkWindows(decode, frames, plan, speed, clock, inputs, complete)
     fixed = iter(plan.bounds(frames))
     yielded_s, playing_since = 0.0, 0.0
+
+    def queued_s() -> float:
+        return yielded_s - (clock() - playing_since) if yielded_s else 0.0
+
     while not windows.done:
         if paced:
-            size = windows.next_size(yielded_s - (clock() - playing_since) if yielded_s else 0.0)
+            piece = windows.next_window(queued_s)
         else:
             start, stop = next(fixed)
-            size = stop - start
-        piece = windows.decode(size)
+            piece = windows.decode(stop - start)
         if not yielded_s:
             playing_since = clock()
         yielded_s += piece.size / SAMPLE_RATE

@@ -79,13 +79,8 @@ def main() -> None:
 
         def windowed(prosody: Prosody, decode: Decode) -> Iterator[np.ndarray]:
             """The chunk's windows as the engine makes them: the whole chunk's input made after the first."""
-            windows = decode_in_windows(decode, prosody.frames, plan, speed=speed, inputs=making)
-            yield (first := next(windows))
-            if first.size < prosody.frames * SAMPLES_PER_FRAME:
-                began = time.perf_counter()
-                stages.complete(prosody)
-                making.add(prosody.frames, time.perf_counter() - began)
-            yield from windows
+            complete = partial(stages.complete, prosody)
+            return decode_in_windows(decode, prosody.frames, plan, speed=speed, inputs=making, complete=complete)
 
         warm = stages.front(inputs[0][1], inputs[0][2], 1.0)  # the engine's warm-up: the decoder's speed is known
         warm_pool = stages.norm_pool(VOICE, inputs[0][1], warm)

@@ -407,6 +407,26 @@ def test_the_decoders_speed_is_learnt_without_the_first_windows_prefix() -> None
     assert fixed == pytest.approx(NOMINAL[0]) and per_frame == pytest.approx(NOMINAL[1])
 
 
+def test_the_whole_input_is_made_once_before_the_second_window_and_its_cost_learnt() -> None:
+    decoder, inputs, made = FakeDecoder(*NOMINAL), DecoderSpeed(), []
+
+    def complete() -> None:
+        decoder.now += 0.05
+        made.append(windows.start)
+
+    windows = ChunkWindows(decoder, 120, PLAN, speed_of(*NOMINAL), decoder.clock, inputs, complete)
+    first = windows.next_window(lambda: 0.0)
+    assert not made  # the first window's input came from a prefix
+    while not windows.done:
+        windows.next_window(lambda: 0.3)
+    assert made == [first.size // SAMPLES_PER_FRAME] and windows.count > 2
+    assert inputs.cost(120) == pytest.approx(0.05)
+    # A chunk that fits in its first window never needs it.
+    short = ChunkWindows(decoder, PLAN.first + 2, PLAN, speed_of(*NOMINAL), decoder.clock, inputs, complete)
+    short.next_window(lambda: 0.0)
+    assert short.done and len(made) == 1
+
+
 def test_fixed_growth_after_a_first_window_would_run_dry() -> None:
     # What the planning above prevents: a 300 ms first window followed by a 4x larger one (the plan's unpaced
     # bounds) leaves the listener waiting mid-sentence.

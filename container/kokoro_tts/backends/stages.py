@@ -99,7 +99,9 @@ class Prosody:
         }
 
 
-def generator_feeds(features: np.ndarray, harmonics: np.ndarray, style: np.ndarray, start: int, stop: int) -> dict:
+def generator_feeds(
+    features: np.ndarray, harmonics: np.ndarray, style: np.ndarray, start: int, stop: int
+) -> dict[str, np.ndarray]:
     """The generator's feeds for aligned frames [start, stop) of ``features`` and ``harmonics``."""
     return {
         "features": features[:, :, FEATURES_PER_FRAME * start : FEATURES_PER_FRAME * stop],
