@@ -338,9 +338,9 @@ def test_decoder_speed_learns_a_fixed_cost_and_a_cost_per_frame() -> None:
 
 
 def test_paced_windows_fit_the_audio_queued_ahead() -> None:
-    # 2 s queued at 10 ms of decoding per frame: 0.85 * 2 / 0.01 = 170 frames decoded, the context included.
+    # 2 s queued at 10 ms of decoding per frame: margin 0.7 * 2 / 0.01 = 140 frames decoded, the context included.
     speed = speed_of(0.0, 0.01)
-    assert PLAN.paced_size(2.0, speed) == 170 - PLAN.context
+    assert PLAN.margin == 0.7 and PLAN.paced_size(2.0, speed) == 140 - PLAN.context
     assert PLAN.paced_size(100.0, speed) == PLAN.largest
     # Behind playback (a loaded machine): no window fits (the engine then decodes the rest at once).
     assert PLAN.paced_size(0.05, speed) == 0
@@ -382,8 +382,8 @@ def test_the_plan_counts_the_input_the_windows_make() -> None:
     # The first window makes its input from a prefix and the second window's job the whole chunk's first
     # (backends/stages.py): both take time from the audio queued ahead.
     speed, inputs = speed_of(*NOMINAL), speed_of(0.01, 0.0003)
-    assert PLAN.paced_cost(6, 81, speed, 0.2) is not None
-    assert PLAN.paced_cost(6, 81, speed, 0.2, inputs=inputs) is None  # the second window's job is late
+    assert PLAN.paced_cost(6, 81, speed, 0.25) is not None
+    assert PLAN.paced_cost(6, 81, speed, 0.25, inputs=inputs) is None  # the second window's job is late
     # With nothing queued, keeping up then takes a larger first window; behind 300 ms of audio the largest that
     # fits is smaller, its prefix paid first.
     assert PLAN.first_size(81, speed) < PLAN.first_size(81, speed, inputs=inputs)
