@@ -21,8 +21,10 @@ from kokoro_tts.backends.stages import (
     DECODER_INPUTS,
     FEATURES_INPUTS,
     FEATURES_OUTPUTS,
+    FEATURES_PER_FRAME,
     FEATURES_PRIOR,
     FRONT_OUTPUTS,
+    HARMONIC_PER_FRAME,
     NORM_INPUTS,
     NORM_OUTPUT,
     SILENT_TOKENS,
@@ -195,13 +197,13 @@ def derive_stage_graphs(
     probes = {
         features: {
             "aligned": np.zeros((1, 512, frames), np.float32),
-            "f0": np.zeros((1, 2 * frames), np.float32),
-            "energy": np.zeros((1, 2 * frames), np.float32),
+            "f0": np.zeros((1, FEATURES_PER_FRAME * frames), np.float32),
+            "energy": np.zeros((1, FEATURES_PER_FRAME * frames), np.float32),
             "style": np.zeros((1, 256), np.float32),
         },
         decoder: {
-            "features": np.zeros((1, 512, 2 * frames), np.float32),
-            "harmonics": np.zeros((1, 22, 120 * frames + 1), np.float32),
+            "features": np.zeros((1, 512, FEATURES_PER_FRAME * frames), np.float32),
+            "harmonics": np.zeros((1, 22, HARMONIC_PER_FRAME * frames + 1), np.float32),
             "style": np.zeros((1, 256), np.float32),
         },
     }
