@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from support.listener import WhisperListener
 
-from scripts.speech import transcribe, word_errors
+from scripts.speech import word_errors
 
 FOUR_SENTENCES = (
     "Thanks for reaching out about your order. I checked our system and it shipped this morning. "
@@ -64,7 +64,7 @@ def test_text_plain_body_over_http1(server: Any) -> None:
         timeout=60,
     )
     assert response.status_code == 200 and response.http_version == "HTTP/1.1"
-    heard = transcribe(np.frombuffer(response.content, dtype="<i2"))
+    heard = WhisperListener.shared().transcribe(np.frombuffer(response.content, dtype="<i2"))
     assert word_errors("Please call me back this afternoon.", heard)[0] <= 1
 
 
@@ -88,7 +88,7 @@ def test_every_format_decodes_to_the_same_speech(server: Any, fmt: str, media_ty
         rate = container.streams.audio[0].rate
     pcm = decode(response.content)
     assert pcm.size / rate > 1.5
-    assert word_errors(text, transcribe(pcm, rate))[0] <= 1
+    assert word_errors(text, WhisperListener.shared().transcribe(pcm, rate))[0] <= 1
 
 
 def test_openai_compatible_speech_route(server: Any) -> None:
@@ -98,7 +98,12 @@ def test_openai_compatible_speech_route(server: Any) -> None:
         timeout=60,
     )
     assert response.status_code == 200 and response.headers["content-type"] == "audio/mpeg"
-    assert word_errors("Thank you for your patience.", transcribe(decode(response.content), 24000))[0] <= 1
+    assert (
+        word_errors(
+            "Thank you for your patience.", WhisperListener.shared().transcribe(decode(response.content), 24000)
+        )[0]
+        <= 1
+    )
 
 
 @pytest.mark.parametrize(
