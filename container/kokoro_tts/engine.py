@@ -53,6 +53,16 @@ MAX_NUMBER_DIGITS = 100
 _LONG_NUMBER = re.compile(rf"\d{{{MAX_NUMBER_DIGITS + 1},}}")
 
 
+# What the scheduler tallies each job as (GET /metrics, kokoro_tts_inference_seconds): a text chunk's G2P, the job
+# whose audio is an utterance's first (its first audio waits for one of each), and the jobs after it.
+PHONEMES_JOB, FIRST_AUDIO_JOB, AUDIO_JOB = "phonemes", "first_audio", "audio"
+
+
+def audio_job(index: int) -> str:
+    """The kind of the job making an utterance's piece ``index``."""
+    return AUDIO_JOB if index else FIRST_AUDIO_JOB
+
+
 @dataclass(frozen=True)
 class SpeechRequest:
     """A validated utterance: build it with ``TTSEngine.request`` so every field has been checked."""
@@ -209,7 +219,9 @@ class TTSEngine:
                 return await self._window_job(index, decoding, due, f"{tag} window {index}")
             while not batches and texts:
                 text = texts.popleft()
-                for batch in await self.scheduler.run(partial(self._batches, text, request), due, f"{tag} phonemes"):
+                for batch in await self.scheduler.run(
+                    partial(self._batches, text, request), due, f"{tag} phonemes", PHONEMES_JOB
+                ):
                     batches.append((text, batch))
             if not batches:
                 return None
@@ -258,7 +270,7 @@ class TTSEngine:
             pcm = float_to_pcm16(audio)
             return pcm, 1000.0 * (time.perf_counter() - started), timings(words, timing.offset, request.sent)
 
-        pcm, synth_ms, words = await self.scheduler.run(job, deadline, label)
+        pcm, synth_ms, words = await self.scheduler.run(job, deadline, label, audio_job(index))
         return AudioChunk(index, text, pcm, synth_ms, words)
 
     async def _window_job(self, index: int, decoding: _Decoding, deadline: float, label: str) -> AudioChunk:
@@ -291,7 +303,7 @@ class TTSEngine:
             decoding.words = decoding.words[len(words) :]
             return pcm, 1000.0 * (time.perf_counter() - started), timings(words, timing.offset, request.sent)
 
-        pcm, synth_ms, words = await self.scheduler.run(job, deadline, label)
+        pcm, synth_ms, words = await self.scheduler.run(job, deadline, label, audio_job(index))
         return AudioChunk(index, decoding.text, pcm, synth_ms, words)
 
     def _token_batches(self, text: str, request: SpeechRequest) -> list[list[int]]:

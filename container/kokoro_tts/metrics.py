@@ -146,6 +146,30 @@ class _EngineCollector(Collector):
             [],
             [((), sum(e.scheduler.running for e in engines))],
         )
+        yield _gauge(
+            "kokoro_tts_inference_workers",
+            "Inference jobs that can run at once (KOKORO_WORKERS; on a CPU, one per core).",
+            [],
+            [((), sum(e.scheduler.workers for e in engines))],
+        )
+        kinds = sorted({kind for e in engines for kind in e.scheduler.tallies})
+        jobs = CounterMetricFamily(
+            "kokoro_tts_inference_jobs",
+            "Inference jobs run, by job: phonemes (a text chunk's G2P), first_audio (the job making an utterance's "
+            "first audio), audio (the jobs after it).",
+            labels=["job"],
+        )
+        seconds = CounterMetricFamily(
+            "kokoro_tts_inference_seconds",
+            "Worker time those jobs took: over the job count, what one costs as the workers run them now.",
+            labels=["job"],
+        )
+        for kind in kinds:
+            tallies = [e.scheduler.tallies[kind] for e in engines if kind in e.scheduler.tallies]
+            jobs.add_metric([kind], sum(t.jobs for t in tallies))
+            seconds.add_metric([kind], sum(t.seconds for t in tallies))
+        yield jobs
+        yield seconds
         caps = [(name, [getattr(e, attr) for e in engines]) for name, attr in CAPS.items()]
         yield _gauge(
             "kokoro_tts_in_use",

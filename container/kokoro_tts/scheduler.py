@@ -20,7 +20,7 @@ import asyncio
 import heapq
 import itertools
 import math
-from collections import deque
+from collections import defaultdict, deque
 from collections.abc import Awaitable, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -96,6 +96,15 @@ class _Job:
     fn: Callable[[], Any] = field(compare=False)
     future: asyncio.Future[Any] = field(compare=False)
     label: str = field(default="", compare=False)
+    kind: str = field(default="", compare=False)
+
+
+@dataclass
+class Tally:
+    """Jobs of one kind run so far, and the worker seconds they took (side by side or alone, as they ran)."""
+
+    jobs: int = 0
+    seconds: float = 0.0
 
 
 @dataclass
@@ -126,6 +135,11 @@ class DeadlineScheduler:
         self.started = 0  # jobs handed to a worker thread so far
         self.running = 0  # jobs in a worker thread now
         self.history: deque[JobRecord] = deque(maxlen=HISTORY)  # the latest jobs run, oldest first
+        self.tallies: defaultdict[str, Tally] = defaultdict(Tally)  # by ``run``'s ``kind`` (GET /metrics)
+
+    @property
+    def workers(self) -> int:
+        return self._workers
 
     @property
     def pending(self) -> int:
@@ -170,11 +184,11 @@ class DeadlineScheduler:
         self._tasks = []
         self._executor.shutdown(wait=False, cancel_futures=True)
 
-    async def run[T](self, fn: Callable[[], T], deadline: float, label: str = "") -> T:
+    async def run[T](self, fn: Callable[[], T], deadline: float, label: str = "", kind: str = "") -> T:
         """Run ``fn`` in a worker thread when its turn comes. Cancelling the caller drops a job not yet started.
-        ``label`` names the job in ``history``."""
+        ``label`` names the job in ``history``; ``kind`` is what ``tallies`` counts it as."""
         future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
-        heapq.heappush(self._heap, _Job(deadline, next(self._seq), fn, future, label))
+        heapq.heappush(self._heap, _Job(deadline, next(self._seq), fn, future, label, kind))
         self._ready.set()
         return await future
 
@@ -208,6 +222,8 @@ class DeadlineScheduler:
                     job.future.set_result(result)
             finally:
                 record.finished = loop.time()
+                tally = self.tallies[job.kind]
+                tally.jobs, tally.seconds = tally.jobs + 1, tally.seconds + record.finished - record.started
                 self.running -= 1
                 if alone:
                     self._shareable.set()

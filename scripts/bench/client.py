@@ -134,15 +134,23 @@ async def ws_once(url: str, text: str, *, first_audio_only: bool = False) -> Sam
 
 
 async def server_metrics(client: httpx.AsyncClient, url: str) -> dict[str, float]:
-    """The server's queue depth, inference jobs running and WebSocket utterances completed, from its /metrics."""
+    """The server's queue depth, inference jobs running, its workers, WebSocket utterances completed, and per kind
+    of inference job (``phonemes``, ``first_audio``, ``audio``) the jobs run (``jobs:KIND``) and the worker seconds
+    they took (``seconds:KIND``), from its /metrics."""
     text = (await client.get(f"{url}/metrics")).raise_for_status().text
-    found = {"queue_depth": 0.0, "running": 0.0, "utterances_completed": 0.0}
+    found = {"queue_depth": 0.0, "running": 0.0, "workers": 0.0, "utterances_completed": 0.0}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             if sample.name == "kokoro_tts_queue_depth":
                 found["queue_depth"] = sample.value
             elif sample.name == "kokoro_tts_inference_running":
                 found["running"] = sample.value
+            elif sample.name == "kokoro_tts_inference_workers":
+                found["workers"] = sample.value
+            elif sample.name == "kokoro_tts_inference_jobs_total":
+                found[f"jobs:{sample.labels['job']}"] = sample.value
+            elif sample.name == "kokoro_tts_inference_seconds_total":
+                found[f"seconds:{sample.labels['job']}"] = sample.value
             elif sample.name == "kokoro_tts_utterances_total" and sample.labels == {
                 "route": "ws",
                 "outcome": "completed",

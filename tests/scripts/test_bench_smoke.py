@@ -50,6 +50,8 @@ def test_quick_bench_writes_every_section(tmp_path: Path, model_dir: Path) -> No
         assert level["server_utterances"] == level["sessions"], level
         assert 0 <= level["queue_depth_p95"] <= level["queue_depth_max"], level
         assert 0 <= level["sessions_ran_dry"] <= level["sessions"] and level["underrun_ms_max"] >= 0, level
+        # What a first audio cost a worker (the server's job counters), and the floor that puts under the p95.
+        assert level["first_job_ms"] > 0 and level["ttfa_p95_floor_ms"] >= level["first_job_ms"], level
     end_to_end = results["end_to_end"]
     if end_to_end["measured"]:
         assert set(end_to_end["modes"]) == {"bidi", "batch", "bidi, windowing off"}

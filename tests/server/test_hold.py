@@ -376,9 +376,9 @@ async def test_a_sessions_next_sentence_is_due_when_its_earlier_audio_has_played
     slack: list[float] = []
     run = engine.scheduler.run
 
-    async def recording(fn: Any, deadline: float, label: str = "") -> Any:
+    async def recording(fn: Any, deadline: float, *args: Any) -> Any:
         slack.append(deadline - asyncio.get_running_loop().time())
-        return await run(fn, deadline, label)
+        return await run(fn, deadline, *args)
 
     mp = pytest.MonkeyPatch()
     mp.setattr(engine.scheduler, "run", recording)

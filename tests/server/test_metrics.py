@@ -78,6 +78,11 @@ def test_metrics_parse_and_move_with_each_route(server: Any) -> None:
     assert moved("kokoro_tts_errors_total", route="invocations", code="empty_text") == 1
     assert moved("kokoro_tts_errors_total", route="openai", code="empty_text") == 0
     assert moved("kokoro_tts_utterances_total", route="ws", outcome="cancelled") == 0
+    # Each of the three utterances (one short text chunk each) ran one G2P job and one job for its first audio.
+    for job in ("phonemes", "first_audio"):
+        assert moved("kokoro_tts_inference_jobs_total", job=job) == 3, job
+        assert moved("kokoro_tts_inference_seconds_total", job=job) > 0, job
+    assert value(after, "kokoro_tts_inference_workers") == server.engine.scheduler.workers >= 1
     # Nothing is left in flight: a response's slot is freed just after its last byte leaves, so allow a moment.
     deadline = time.monotonic() + 5
     while sum(value(after, "kokoro_tts_in_use", cap=cap) for cap in ("sessions", "http_streams")):
