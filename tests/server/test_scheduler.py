@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 
 import pytest
 from kokoro_client.errors import ErrorCode, TTSError
@@ -132,6 +133,42 @@ async def test_a_lone_job_has_every_core_and_waiting_jobs_run_side_by_side() -> 
     side_by_side.start()
     assert await asyncio.gather(*jobs) == [False, False]
     await side_by_side.stop()
+
+
+async def test_idle_workers_sleep() -> None:
+    """With nothing queued, a worker waits for a job without using the CPU (it once spun on the event loop)."""
+    scheduler = DeadlineScheduler(workers=2)
+    scheduler.start()
+    await scheduler.run(lambda: None, deadline=0)
+    used = time.process_time()
+    await asyncio.sleep(0.5)
+    assert time.process_time() - used < 0.1, "the idle scheduler kept the CPU busy"
+    await scheduler.stop()
+
+
+async def test_a_job_due_before_the_one_running_alone_starts_beside_it() -> None:
+    """A job cannot be interrupted: a new utterance's first window, due now, must not wait for a window of another
+    reply that is due seconds later. A job due later than the one running alone still waits for it."""
+    scheduler = DeadlineScheduler(workers=2)
+    scheduler.start()
+    lone_running, gate = threading.Event(), threading.Event()
+
+    def lone() -> bool:
+        lone_running.set()
+        gate.wait(5)
+        return alone()
+
+    lone_job = asyncio.create_task(scheduler.run(lone, deadline=10.0))
+    await asyncio.to_thread(lone_running.wait, 5)
+    later = asyncio.create_task(scheduler.run(alone, deadline=20.0))
+    assert await asyncio.wait_for(scheduler.run(alone, deadline=1.0), 5) is False  # beside it, on its share
+    await asyncio.sleep(0.2)
+    assert not later.done(), "a job due later than the one running alone started beside it"
+    gate.set()
+    assert await lone_job is True
+    assert await later is True  # then alone in its turn
+    assert [record.alone for record in scheduler.history] == [True, False, True]
+    await scheduler.stop()
 
 
 def test_before_any_job_is_measured_a_job_is_assumed_to_take_a_cpu_windows_time() -> None:

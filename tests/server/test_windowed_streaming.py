@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 import pytest
@@ -119,20 +119,27 @@ async def test_cancel_takes_effect_within_one_window(server: Any, small_windows:
     assert not transcript.json_frames("synthesis_complete")
 
 
-async def test_a_new_sessions_first_window_goes_ahead_of_later_windows(server: Any, small_windows: None) -> None:
-    engine = server.engine
-    await wait_idle(engine)
+async def long_then_short(server: Any, before_short: Callable[[float], Awaitable[object]]) -> list[JobRecord]:
+    """One session speaks LONG_SENTENCE; once its first audio is out and ``before_short(since)`` has returned,
+    another says "Hello there."; the jobs run from the start (``since``, loop time) until both are complete."""
+    await wait_idle(server.engine)
     since = time.monotonic()
     async with connect(server.ws_url) as first, connect(server.ws_url) as second:
         await first.send(json.dumps({"text": LONG_SENTENCE, "id": "long"}))
         first_transcript, second_transcript = Transcript(), Transcript()
         await first_audio(first, first_transcript)  # the long sentence is now streaming window by window
+        await before_short(since)
         await second.send(json.dumps({"text": "Hello there.", "id": "short"}))
         await asyncio.gather(
             receive_until(first, first_transcript, lambda f: f["type"] == "synthesis_complete"),
             receive_until(second, second_transcript, lambda f: f["type"] == "synthesis_complete"),
         )
-    jobs = jobs_since(engine, since)
+    return jobs_since(server.engine, since)
+
+
+async def test_a_new_sessions_first_window_goes_ahead_of_later_windows(server: Any, small_windows: None) -> None:
+    jobs = await long_then_short(server, lambda since: asyncio.sleep(0))  # the short one at once
+    since = jobs[0].started
     long_tag, short_tag = utterance_tags(jobs)
     long_windows, short_windows = windows_of(jobs, long_tag), windows_of(jobs, short_tag)
     short_first = short_windows[0]
@@ -140,3 +147,30 @@ async def test_a_new_sessions_first_window_goes_ahead_of_later_windows(server: A
     behind = [w for w in long_windows if w.started > short_first.started]
     assert len(behind) >= 2, [(w.label, w.started - since) for w in long_windows]
     assert all(w.deadline > short_first.deadline for w in behind)
+
+
+async def test_a_new_utterance_does_not_wait_for_a_window_running_alone(server: Any) -> None:
+    """A reply decoded ahead of its playback runs its later windows alone, on every core; another caller's first
+    window, due now, starts beside the one running instead of waiting for its end (scheduler.py)."""
+    engine = server.engine
+    running: list[JobRecord] = []
+
+    async def while_a_window_runs_alone(since: float) -> None:
+        """Until a window of the long sentence has just started alone."""
+        ends = time.monotonic() + 60
+        while not running:
+            assert time.monotonic() < ends, "no window of the long sentence ran alone"
+            await asyncio.sleep(0.002)
+            running.extend(
+                job
+                for job in jobs_since(engine, since)
+                if job.alone and job.finished is None and time.monotonic() - job.started < 0.02
+            )
+
+    jobs = await long_then_short(server, while_a_window_runs_alone)
+    long_window = running[0]
+    short_first = windows_of(jobs, utterance_tags(jobs)[1])[0]
+    assert long_window.finished is not None and short_first.started < long_window.finished, (
+        f"{short_first.label} waited for {long_window.label}, which ran alone "
+        f"{1000 * (long_window.finished - long_window.started):.0f} ms"
+    )
