@@ -8,7 +8,6 @@ import os
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +20,7 @@ from kokoro_tts.engine import TTSEngine
 from kokoro_tts.serve import hypercorn_config
 from kokoro_tts.settings import Settings
 from starlette.applications import Starlette
+from support.idle import wait_idle
 
 from scripts.servers import free_port, wait_ready
 
@@ -97,10 +97,7 @@ def tight_admission(server: RunningServer) -> Iterator[None]:
     """The shared server refuses a new HTTP synthesis whose first audio would wait at all (not over 4 s): a burst
     a few requests wide is past the bound on any machine, however many jobs run side by side."""
     engine = server.engine
-    ends = time.monotonic() + 60  # idle first: work a test before this one left running would refuse everything
-    while engine.scheduler.pending or engine.scheduler.running:
-        assert time.monotonic() < ends, "the shared server was still busy after 60 s"
-        time.sleep(0.05)
+    asyncio.run(wait_idle(engine, 60))  # idle first: work a test before this one left running would refuse all
     settings = engine.settings
     engine.settings = dataclasses.replace(settings, max_first_audio_wait_s=0.0)
     try:

@@ -19,6 +19,7 @@ import h2.events
 import httpx
 import pytest
 from kokoro_tts.text_chunks import MAX_CHUNK_CHARS, split_utterance
+from support.idle import wait_idle
 from support.ws_client import Transcript, receive_until
 from websockets.asyncio.client import connect
 
@@ -28,17 +29,6 @@ LONG_SENTENCE = (
     "so that its first chunk alone keeps the only inference worker busy for a noticeable while on this machine."
 )
 LONG_TEXT = " ".join([LONG_SENTENCE] * 4)
-
-
-async def wait_idle(engine: Any, within: float) -> float:
-    """Seconds until the scheduler has nothing queued or running; fails past ``within``."""
-    started = time.monotonic()
-    while engine.scheduler.pending or engine.scheduler.running:
-        assert time.monotonic() - started < within, (
-            f"still synthesizing after {within} s: pending={engine.scheduler.pending}"
-        )
-        await asyncio.sleep(0.05)
-    return time.monotonic() - started
 
 
 async def eventually(condition: Any, within: float) -> bool:

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from kokoro_tts.scheduler import JobRecord
 from kokoro_tts.vocoder_windows import WindowPlan
+from support.idle import wait_idle
 from support.ws_client import Transcript, receive_until
 from websockets.asyncio.client import ClientConnection, connect
 
@@ -34,14 +35,6 @@ def small_windows(server: Any) -> Iterator[None]:
         yield
     finally:
         engine.window_plan = plan
-
-
-async def wait_idle(engine: Any, within: float = 120.0) -> None:
-    """Until the scheduler has nothing queued or running (the server runs in this process, in its own thread)."""
-    ends = time.monotonic() + within
-    while engine.scheduler.pending or engine.scheduler.running:
-        assert time.monotonic() < ends, f"still synthesizing after {within} s"
-        await asyncio.sleep(0.05)
 
 
 def jobs_since(engine: Any, since: float) -> list[JobRecord]:
