@@ -51,15 +51,32 @@ tf() { # ROOT terraform-args...
   terraform -chdir="terraform/$root" "$@"
 }
 
+tf_platform() { # the os_arch this terraform installs providers for (linux_amd64, darwin_arm64, ...)
+  terraform version -json | "$PY" -c 'import json, sys; print(json.load(sys.stdin)["platform"])'
+}
+
 tf_init() { # ROOT: the local provider mirror when this machine has one, else the registry
-  local args=(-input=false -no-color) plugin_dir
+  local args=(-input=false -no-color) plugin_dir= lock_args=() platform log=$WORK/init-$1.log
   if plugin_dir=$(scripts/find_tf_plugin_dir.sh 2>/dev/null); then
     args+=("-plugin-dir=$plugin_dir")
+    lock_args+=("-fs-mirror=$plugin_dir")
   fi
-  if ! tf "$1" init "${args[@]}" >"$WORK/init-$1.log" 2>&1; then
-    cat "$WORK/init-$1.log" >&2
-    return 1
+  if tf "$1" init "${args[@]}" >"$log" 2>&1; then
+    return 0
   fi
+  # The lock's zh: hashes cover every platform's package from the registry, but a mirror's unpacked package
+  # is checked by its h1: hash, which the lock holds only for the platforms someone ran init on: add this one's.
+  if grep -q "checksums previously recorded" "$log"; then
+    platform=$(tf_platform)
+    echo "  terraform/$1/.terraform.lock.hcl has no checksum of this platform's ($platform) provider package:" \
+      "adding it (terraform providers lock -platform=$platform${plugin_dir:+ -fs-mirror=$plugin_dir}); commit the lock file"
+    if tf "$1" providers lock -no-color "-platform=$platform" "${lock_args[@]}" >>"$log" 2>&1 &&
+      tf "$1" init "${args[@]}" >>"$log" 2>&1; then
+      return 0
+    fi
+  fi
+  cat "$log" >&2
+  return 1
 }
 
 tf_has_resources() { # ROOT: true when the root's state holds resources (after tf_init)
