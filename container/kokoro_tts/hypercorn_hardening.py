@@ -1,4 +1,4 @@
-"""Three fixes to Hypercorn 0.18 that its configuration cannot express; ``apply()`` installs them (idempotent).
+"""Four fixes to Hypercorn 0.18 that its configuration cannot express; ``apply()`` installs them (idempotent).
 
 1. A connection its client has closed keeps its socket until ``keep_alive_timeout`` (75 s here): the idle timer
    lives in the connection's task group, which waits for it before closing the socket. Connect/close churn then
@@ -11,11 +11,22 @@
    connection's events, so the client's close reply is never processed and the client sees nothing until it
    sends again. Instead the excess is counted and dropped, and the app receives a marker (``OVERSIZE_KEY``) it
    answers with a message_too_large error frame; the session goes on.
+4. A client that sends without reading, then resets the connection, leaked its app for good (and with it a
+   session slot): the app was blocked sending its reply to the full socket, Hypercorn's read loop was blocked
+   putting the next message into the app's full queue (``max_app_queue_size``), and when the reset failed the
+   send, Hypercorn put the disconnect into that same full queue from the app's own task, waiting for room only
+   the app could make. Here the departure never waits for room: it goes in at once, and what the client sent
+   after it is dropped (no one is left to answer).
 """
 
 from __future__ import annotations
 
+import asyncio
+import functools
+from typing import Any
+
 import hypercorn.asyncio.run
+import hypercorn.asyncio.task_group
 import hypercorn.protocol.ws_stream
 from hypercorn.asyncio.tcp_server import TCPServer
 from hypercorn.protocol.ws_stream import WebsocketBuffer
@@ -23,6 +34,7 @@ from wsproto.events import Message
 from wsproto.extensions import PerMessageDeflate
 
 OVERSIZE_KEY = "kokoro.oversize_bytes"
+_DEPARTURES = ("websocket.disconnect", "http.disconnect")
 
 
 class _TCPServer(TCPServer):
@@ -50,7 +62,56 @@ class _CappedBuffer(WebsocketBuffer):
         return super().to_message()
 
 
+class _AppQueue:
+    """The messages Hypercorn hands one app: at most ``maxsize`` waiting (a client cannot run ahead of its app),
+    except that the client's departure never waits for room."""
+
+    def __init__(self, maxsize: int) -> None:
+        self._items: asyncio.Queue[Any] = asyncio.Queue()  # unbounded: ``put`` keeps the bound
+        self._maxsize = maxsize
+        self._room = asyncio.Event()
+        self._gone = False
+
+    async def get(self) -> Any:
+        item = await self._items.get()
+        self._room.set()
+        return item
+
+    async def put(self, message: Any) -> None:
+        if message.get("type") in _DEPARTURES:
+            self._gone = True
+            self._room.set()  # a put waiting for room gives up: its client is gone
+            self._items.put_nowait(message)
+            return
+        while not self._gone and 0 < self._maxsize <= self._items.qsize():
+            self._room.clear()
+            await self._room.wait()
+        if not self._gone:
+            self._items.put_nowait(message)
+
+
+async def _spawn_app(self: hypercorn.asyncio.task_group.TaskGroup, app: Any, config: Any, scope: Any, send: Any) -> Any:
+    # Hypercorn's spawn_app with _AppQueue in place of its asyncio.Queue.
+    queue = _AppQueue(config.max_app_queue_size)
+
+    def call_soon(func: Any, *args: Any) -> Any:
+        return asyncio.run_coroutine_threadsafe(func(*args), self._loop).result()
+
+    self.spawn(
+        hypercorn.asyncio.task_group._handle,
+        app,
+        config,
+        scope,
+        queue.get,
+        send,
+        functools.partial(self._loop.run_in_executor, None),
+        call_soon,
+    )
+    return queue.put
+
+
 def apply() -> None:
     hypercorn.protocol.ws_stream.WebsocketBuffer = _CappedBuffer  # type: ignore[misc]
     hypercorn.asyncio.run.TCPServer = _TCPServer  # type: ignore[misc]
     hypercorn.protocol.ws_stream.PerMessageDeflate = _DeclinedDeflate  # type: ignore[misc]
+    hypercorn.asyncio.task_group.TaskGroup.spawn_app = _spawn_app  # type: ignore[method-assign]
