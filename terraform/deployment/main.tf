@@ -48,6 +48,10 @@ module "sagemaker_endpoint" {
   enable_autoscaling                   = var.enable_autoscaling
   target_concurrent_requests_per_model = var.target_concurrent_requests_per_model
   log_retention_days                   = var.log_retention_days
+
+  # The GPU instances bill from the moment the endpoint is created: the runtime (and its role and the
+  # service-linked role its first creation makes), which are cheap and can fail, come first.
+  depends_on = [module.agentcore_runtime]
 }
 
 module "agentcore_runtime" {
@@ -56,7 +60,7 @@ module "agentcore_runtime" {
   name                   = local.agent_runtime_name
   image_uri              = var.agent_image_uri
   role_arn               = module.iam.agent_runtime_role_arn
-  tts_endpoint_name      = module.sagemaker_endpoint.endpoint_name
+  tts_endpoint_name      = local.endpoint_name # the name, not the resource: the runtime does not wait for it
   bedrock_model_id       = var.bedrock_model_id
   region                 = var.region
   environment            = var.agent_environment

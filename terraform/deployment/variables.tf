@@ -74,7 +74,7 @@ variable "weights_kms_key_arn" {
 }
 
 variable "bedrock_model_id" {
-  description = "Bedrock model or inference profile id the agent uses (e.g. us.anthropic.claude-3-5-haiku-20241022-v1:0)."
+  description = "Bedrock model or inference profile id the agent uses, Active in the region (e.g. us.amazon.nova-2-lite-v1:0; Anthropic models need a Marketplace subscription and a use-case form first: docs/deploy.md)."
   type        = string
 
   validation {
@@ -84,7 +84,7 @@ variable "bedrock_model_id" {
 }
 
 variable "instance_type" {
-  description = "Endpoint instance type (a GPU type for the torch backend)."
+  description = "Endpoint instance type: a GPU type (ml.g*, ml.p*) runs the torch image on CUDA, any other the onnx image on CPU."
   type        = string
   default     = "ml.g5.xlarge"
 
@@ -95,7 +95,7 @@ variable "instance_type" {
 }
 
 variable "initial_instance_count" {
-  description = "Instances the endpoint starts with."
+  description = "Instances the endpoint starts with; make deploy passes the live desired count of an autoscaled endpoint, so a redeploy keeps it."
   type        = number
   default     = 1
 
@@ -131,6 +131,12 @@ variable "inference_ami_version" {
   description = "Host image of GPU variants, which sets the NVIDIA driver the image's CUDA runs on (al2-ami-sagemaker-inference-gpu-3-1: driver 550); ignored for CPU instance types."
   type        = string
   default     = "al2-ami-sagemaker-inference-gpu-3-1"
+
+  # What the AWS provider 5.100 accepts (the module checks the same list).
+  validation {
+    condition     = var.inference_ami_version == null ? true : contains(["al2-ami-sagemaker-inference-gpu-2", "al2-ami-sagemaker-inference-gpu-2-1", "al2-ami-sagemaker-inference-gpu-3-1"], var.inference_ami_version)
+    error_message = "inference_ami_version must be al2-ami-sagemaker-inference-gpu-2, -gpu-2-1 or -gpu-3-1 (what the AWS provider 5.100 accepts), or null."
+  }
 }
 
 variable "enable_autoscaling" {
@@ -152,7 +158,7 @@ variable "log_retention_days" {
 }
 
 variable "tts_environment" {
-  description = "Extra environment variables for the TTS container (KOKORO_BACKEND=torch is set unless overridden)."
+  description = "Extra environment variables for the TTS container (KOKORO_BACKEND is torch on GPU instance types, onnx on CPU ones, unless overridden)."
   type        = map(string)
   default     = {}
 }

@@ -39,7 +39,7 @@ variables {
   weights_bucket_name = "kokoro-weights-test"
   weights_prefix      = "kokoro-82m/v1.0/"
   weights_kms_key_arn = "arn:aws:kms:us-east-1:123456789012:key/00000000-0000-0000-0000-000000000000"
-  bedrock_model_id    = "us.anthropic.claude-3-5-haiku-20241022-v1:0"
+  bedrock_model_id    = "us.amazon.nova-2-lite-v1:0"
 }
 
 run "plan_endpoint" {
@@ -159,8 +159,8 @@ run "apply_roles_and_runtime" {
       for s in jsondecode(module.iam.agent_runtime_role_policy).Statement : s.Resource
       if contains(flatten([s.Action]), "bedrock:InvokeModel")
       ] == [[
-        "arn:aws:bedrock:*::foundation-model/anthropic.claude-3-5-haiku-20241022-v1:0",
-        "arn:aws:bedrock:us-east-1:123456789012:inference-profile/us.anthropic.claude-3-5-haiku-20241022-v1:0",
+        "arn:aws:bedrock:*::foundation-model/amazon.nova-2-lite-v1:0",
+        "arn:aws:bedrock:us-east-1:123456789012:inference-profile/us.amazon.nova-2-lite-v1:0",
     ]]
     error_message = "Bedrock access must be limited to the chosen model's foundation-model and inference-profile ARNs."
   }
@@ -204,7 +204,7 @@ run "apply_roles_and_runtime" {
       AGENT_MODEL                 = "bedrock"
       TTS_ENDPOINT_NAME           = "kokoro-tts"
       AWS_REGION                  = "us-east-1"
-      BEDROCK_MODEL_ID            = "us.anthropic.claude-3-5-haiku-20241022-v1:0"
+      BEDROCK_MODEL_ID            = "us.amazon.nova-2-lite-v1:0"
       AGENT_OBSERVABILITY_ENABLED = "true"
       OTEL_RESOURCE_ATTRIBUTES    = "service.name=kokoro_tts_agent"
     }
@@ -311,4 +311,14 @@ run "rejects_an_image_from_another_region" {
   }
 
   expect_failures = [var.agent_image_uri]
+}
+
+run "rejects_an_ami_version_the_provider_rejects" {
+  command = plan
+
+  variables {
+    inference_ami_version = "al2023-ami-sagemaker-inference-gpu-4-1"
+  }
+
+  expect_failures = [var.inference_ami_version]
 }

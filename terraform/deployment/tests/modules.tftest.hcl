@@ -92,7 +92,7 @@ run "runtime_template" {
     image_uri         = "123456789012.dkr.ecr.us-east-1.amazonaws.com/kokoro-tts/agent@sha256:2222222222222222222222222222222222222222222222222222222222222222"
     role_arn          = "arn:aws:iam::123456789012:role/kokoro-tts-agentcore"
     tts_endpoint_name = "kokoro-tts"
-    bedrock_model_id  = "anthropic.claude-3-5-haiku-20241022-v1:0"
+    bedrock_model_id  = "amazon.nova-lite-v1:0"
   }
 
   assert {
@@ -141,7 +141,7 @@ run "runtime_template_without_outputs" {
     image_uri              = "123456789012.dkr.ecr.us-east-1.amazonaws.com/kokoro-tts/agent@sha256:2222222222222222222222222222222222222222222222222222222222222222"
     role_arn               = "arn:aws:iam::123456789012:role/kokoro-tts-agentcore"
     tts_endpoint_name      = "kokoro-tts"
-    bedrock_model_id       = "anthropic.claude-3-5-haiku-20241022-v1:0"
+    bedrock_model_id       = "amazon.nova-lite-v1:0"
     enable_runtime_outputs = false
   }
 
@@ -169,14 +169,14 @@ run "plain_model_id_gets_no_inference_profile" {
     tts_repository_arn   = "arn:aws:ecr:us-east-1:123456789012:repository/kokoro-tts/tts"
     agent_repository_arn = "arn:aws:ecr:us-east-1:123456789012:repository/kokoro-tts/agent"
     agent_runtime_name   = "kokoro_tts_agent"
-    bedrock_model_id     = "anthropic.claude-3-5-haiku-20241022-v1:0"
+    bedrock_model_id     = "amazon.nova-lite-v1:0"
   }
 
   assert {
     condition = [
       for s in jsondecode(aws_iam_role_policy.agent_runtime.policy).Statement : s.Resource
       if contains(flatten([s.Action]), "bedrock:InvokeModel")
-    ] == [["arn:aws:bedrock:us-east-1::foundation-model/anthropic.claude-3-5-haiku-20241022-v1:0"]]
+    ] == [["arn:aws:bedrock:us-east-1::foundation-model/amazon.nova-lite-v1:0"]]
     error_message = "A plain model id needs only its foundation-model ARN in the current region."
   }
 
@@ -218,6 +218,11 @@ run "cpu_variant_gets_no_ami_version" {
     condition     = aws_sagemaker_endpoint_configuration.this.production_variants[0].inference_ami_version == null
     error_message = "CPU instance types get no InferenceAmiVersion."
   }
+
+  assert {
+    condition     = aws_sagemaker_model.this.primary_container[0].environment["KOKORO_BACKEND"] == "onnx"
+    error_message = "A CPU variant runs the onnx backend (the torch image needs CUDA)."
+  }
 }
 
 run "rejects_an_unknown_ami_version" {
@@ -233,6 +238,25 @@ run "rejects_an_unknown_ami_version" {
     image_uri             = "123456789012.dkr.ecr.us-east-1.amazonaws.com/kokoro-tts/tts@sha256:1111111111111111111111111111111111111111111111111111111111111111"
     model_data_s3_uri     = "s3://kokoro-weights-test/kokoro-82m/v1.0/"
     inference_ami_version = "al2-ami-sagemaker-inference-gpu-9"
+  }
+
+  expect_failures = [var.inference_ami_version]
+}
+
+# SageMaker lists al2023-ami-sagemaker-inference-gpu-4-1, but the AWS provider 5.100 rejects it at validate.
+run "rejects_an_ami_version_the_provider_rejects" {
+  command = plan
+
+  module {
+    source = "../modules/sagemaker_endpoint"
+  }
+
+  variables {
+    name                  = "kokoro-tts"
+    execution_role_arn    = "arn:aws:iam::123456789012:role/kokoro-tts-sagemaker"
+    image_uri             = "123456789012.dkr.ecr.us-east-1.amazonaws.com/kokoro-tts/tts@sha256:1111111111111111111111111111111111111111111111111111111111111111"
+    model_data_s3_uri     = "s3://kokoro-weights-test/kokoro-82m/v1.0/"
+    inference_ami_version = "al2023-ami-sagemaker-inference-gpu-4-1"
   }
 
   expect_failures = [var.inference_ami_version]

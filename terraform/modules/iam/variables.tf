@@ -50,7 +50,7 @@ variable "agent_runtime_name" {
 }
 
 variable "bedrock_model_id" {
-  description = "Bedrock model or inference profile id the agent invokes (e.g. us.anthropic.claude-3-5-haiku-20241022-v1:0)."
+  description = "Bedrock model or inference profile id the agent invokes (e.g. us.amazon.nova-2-lite-v1:0)."
   type        = string
 
   validation {

@@ -1,10 +1,17 @@
 locals {
   variant_name = "AllTraffic"
 
+  # InferenceAmiVersion picks the host's NVIDIA driver; it applies to GPU instances only (ml.g*, ml.p*), so a
+  # CPU variant gets none. A GPU variant runs the torch image on CUDA, any other the onnx image on its CPUs
+  # (make deploy builds the image that matches: scripts/deploy/deploy.sh).
+  is_gpu_instance       = can(regex("^ml\\.[gp][0-9]", var.instance_type))
+  inference_ami_version = local.is_gpu_instance ? var.inference_ami_version : null
+  backend               = local.is_gpu_instance ? "torch" : "onnx"
+
   container = {
     image = var.image_uri
     environment = merge(
-      { KOKORO_BACKEND = "torch" },
+      { KOKORO_BACKEND = local.backend },
       var.environment,
     )
     model_data_s3_uri = var.model_data_s3_uri
@@ -17,11 +24,6 @@ locals {
     enable_network_isolation = var.enable_network_isolation
   }
   model_name = "${var.name}-${substr(sha256(jsonencode(local.model_settings)), 0, 8)}"
-
-  # InferenceAmiVersion picks the host's NVIDIA driver; it applies to GPU instances only (ml.g*, ml.p*), so a
-  # CPU variant gets none.
-  is_gpu_instance       = can(regex("^ml\\.[gp][0-9]", var.instance_type))
-  inference_ami_version = local.is_gpu_instance ? var.inference_ami_version : null
 
   # SageMaker writes the container's logs here; Terraform creates it first, so retention applies from the
   # first line and destroy removes it.
@@ -83,8 +85,14 @@ resource "aws_sagemaker_endpoint_configuration" "this" {
   tags = var.tags
 
   # The endpoint switches to the new configuration before the old one goes.
+  # The provider's UpdateEndpoint resets the variant to the new configuration's initial_instance_count
+  # (it sends no RetainAllVariantProperties: terraform-provider-aws #48990), so make deploy passes the live desired
+  # count as initial_instance_count. A different count alone must not make a new configuration (and a needless
+  # endpoint update): it is ignored as a change, yet a configuration replaced for any other reason is created
+  # with it, so a redeploy keeps the scaled-out count.
   lifecycle {
     create_before_destroy = true
+    ignore_changes        = [production_variants[0].initial_instance_count]
   }
 }
 

@@ -34,7 +34,7 @@ variable "model_data_s3_uri" {
 }
 
 variable "environment" {
-  description = "Container environment variables (merged over KOKORO_BACKEND=torch)."
+  description = "Container environment variables (merged over KOKORO_BACKEND: torch on GPU instance types, onnx on CPU ones)."
   type        = map(string)
   default     = {}
 }
@@ -51,7 +51,7 @@ variable "instance_type" {
 }
 
 variable "initial_instance_count" {
-  description = "Instances the variant starts with; autoscaling moves it between min and max afterwards."
+  description = "Instances the variant starts with; autoscaling moves it between min and max afterwards. A change of this alone makes no new configuration; a new configuration starts with it (make deploy passes the live desired count)."
   type        = number
   default     = 1
 
@@ -117,15 +117,15 @@ variable "inference_ami_version" {
   type        = string
   default     = "al2-ami-sagemaker-inference-gpu-3-1"
 
-  # The GPU values of ProductionVariantInferenceAmiVersion (the SageMaker API reference, ProductionVariant).
+  # The GPU values the AWS provider 5.100 accepts for inference_ami_version (its enum stops at -gpu-3-1: a newer
+  # one that SageMaker lists, al2023-ami-sagemaker-inference-gpu-4-1, fails the provider's own validation).
   validation {
     condition = var.inference_ami_version == null ? true : contains([
       "al2-ami-sagemaker-inference-gpu-2",
       "al2-ami-sagemaker-inference-gpu-2-1",
       "al2-ami-sagemaker-inference-gpu-3-1",
-      "al2023-ami-sagemaker-inference-gpu-4-1",
     ], var.inference_ami_version)
-    error_message = "inference_ami_version must be a GPU InferenceAmiVersion (al2-ami-sagemaker-inference-gpu-2, -gpu-2-1, -gpu-3-1, al2023-ami-sagemaker-inference-gpu-4-1) or null."
+    error_message = "inference_ami_version must be a GPU InferenceAmiVersion the AWS provider 5.100 accepts (al2-ami-sagemaker-inference-gpu-2, -gpu-2-1, -gpu-3-1) or null."
   }
 }
 
