@@ -1,10 +1,12 @@
-"""What the identity that runs `make deploy` / `make destroy` may do: one list, which the preflight checks
-(iam:SimulatePrincipalPolicy) and from which `python -m scripts.deploy deployer-policy` writes the IAM policy
-document to attach (docs/deployer-policy.json, kept in step by tests/test_deploy_permissions.py).
+"""What the identity that runs `make deploy` / `make destroy` may do: one list of statements, which the preflight
+checks (iam:SimulatePrincipalPolicy) and from which `python -m scripts.deploy deployer-policy` writes the IAM policy
+document to attach (docs/deployer-policy.json, kept in step by tests/scripts/test_deploy_checks.py).
 
-Grouped by what needs it. Resources stay "*" except for iam:PassRole, which is scoped to the project's roles and
-the two services that receive them: the other actions create resources whose names are not known in advance,
-and an account's own naming rules are the place to narrow them (terraform/README.md, "Permissions").
+Every write is scoped to the resources the deployment names in advance (terraform/: the roles <name>-*, the
+repositories <name>/*, the bucket <name>-weights-*, the stack and runtime <name>_agent, the log groups, the endpoint
+<name>); what stays on "*" is read-only, or an action IAM authorizes on "*" only (CreateKey, CreateAgentRuntime,
+ecr:GetAuthorizationToken), or narrowed by a condition. tests/scripts/test_deployer_policy.py lints that against
+IAM's action table, and terraform/tests/enforced_flow.py runs the whole flow as a user holding only this policy.
 """
 
 from __future__ import annotations
@@ -14,207 +16,315 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-ACTIONS: Mapping[str, tuple[str, ...]] = {
-    # The preflight and the scripts' own calls: the wait, the release before an instance-type change, the smoke
-    # tests of the endpoint and the runtime.
-    "DeployScripts": (
-        "sts:GetCallerIdentity",
-        "iam:SimulatePrincipalPolicy",
-        "iam:GetRole",
-        "sagemaker:DescribeEndpoint",
-        "sagemaker:DescribeEndpointConfig",
-        "sagemaker:InvokeEndpoint",
-        "sagemaker:InvokeEndpointWithBidirectionalStream",
-        "bedrock-agentcore:InvokeAgentRuntime",
-    ),
-    # terraform/shared, the weight upload and the image push.
-    "Ecr": (
-        "ecr:BatchCheckLayerAvailability",
-        "ecr:BatchGetImage",
-        "ecr:CompleteLayerUpload",
-        "ecr:CreateRepository",
-        "ecr:DeleteLifecyclePolicy",
-        "ecr:DeleteRepository",
-        "ecr:DescribeImages",
-        "ecr:DescribeRepositories",
-        "ecr:GetAuthorizationToken",
-        "ecr:GetLifecyclePolicy",
-        "ecr:InitiateLayerUpload",
-        "ecr:ListTagsForResource",
-        "ecr:PutImage",
-        "ecr:PutImageScanningConfiguration",
-        "ecr:PutImageTagMutability",
-        "ecr:PutLifecyclePolicy",
-        "ecr:TagResource",
-        "ecr:UntagResource",
-        "ecr:UploadLayerPart",
-    ),
-    "WeightBucket": (
-        "s3:CreateBucket",
-        "s3:DeleteBucket",
-        "s3:DeleteBucketPolicy",
-        "s3:DeleteObject",
-        "s3:DeleteObjectVersion",
-        "s3:GetAccelerateConfiguration",
-        "s3:GetBucketAcl",
-        "s3:GetBucketCORS",
-        "s3:GetBucketLocation",
-        "s3:GetBucketLogging",
-        "s3:GetBucketObjectLockConfiguration",
-        "s3:GetBucketOwnershipControls",
-        "s3:GetBucketPolicy",
-        "s3:GetBucketPublicAccessBlock",
-        "s3:GetBucketRequestPayment",
-        "s3:GetBucketTagging",
-        "s3:GetBucketVersioning",
-        "s3:GetBucketWebsite",
-        "s3:GetEncryptionConfiguration",
-        "s3:GetLifecycleConfiguration",
-        "s3:GetObject",
-        "s3:GetReplicationConfiguration",
-        "s3:ListBucket",
-        "s3:ListBucketVersions",
-        "s3:PutBucketOwnershipControls",
-        "s3:PutBucketPolicy",
-        "s3:PutBucketPublicAccessBlock",
-        "s3:PutBucketTagging",
-        "s3:PutBucketVersioning",
-        "s3:PutEncryptionConfiguration",
-        "s3:PutLifecycleConfiguration",
-        "s3:PutObject",
-    ),
-    "WeightKey": (
-        "kms:CreateKey",
-        "kms:Decrypt",
-        "kms:DescribeKey",
-        "kms:EnableKeyRotation",
-        "kms:GenerateDataKey",
-        "kms:GetKeyPolicy",
-        "kms:GetKeyRotationStatus",
-        "kms:ListResourceTags",
-        "kms:PutKeyPolicy",
-        "kms:ScheduleKeyDeletion",
-        "kms:TagResource",
-        "kms:UntagResource",
-    ),
-    # terraform/deployment.
-    "Roles": (
-        "iam:CreateRole",
-        "iam:DeleteRole",
-        "iam:DeleteRolePolicy",
-        "iam:GetRolePolicy",
-        "iam:ListAttachedRolePolicies",
-        "iam:ListInstanceProfilesForRole",
-        "iam:ListRolePolicies",
-        "iam:PutRolePolicy",
-        "iam:TagRole",
-        "iam:UntagRole",
-        "iam:UpdateAssumeRolePolicy",
-        "iam:UpdateRole",
-    ),
-    "Endpoint": (
-        "sagemaker:AddTags",
-        "sagemaker:CreateEndpoint",
-        "sagemaker:CreateEndpointConfig",
-        "sagemaker:CreateModel",
-        "sagemaker:DeleteEndpoint",
-        "sagemaker:DeleteEndpointConfig",
-        "sagemaker:DeleteModel",
-        "sagemaker:DeleteTags",
-        "sagemaker:DescribeModel",
-        "sagemaker:ListTags",
-        "sagemaker:UpdateEndpoint",
-    ),
-    "Autoscaling": (
-        "application-autoscaling:DeleteScalingPolicy",
-        "application-autoscaling:DeregisterScalableTarget",
-        "application-autoscaling:DescribeScalableTargets",
-        "application-autoscaling:DescribeScalingPolicies",
-        "application-autoscaling:ListTagsForResource",
-        "application-autoscaling:PutScalingPolicy",
-        "application-autoscaling:RegisterScalableTarget",
-        "application-autoscaling:TagResource",
-        "application-autoscaling:UntagResource",
-        # The alarms that target tracking creates.
-        "cloudwatch:DeleteAlarms",
-        "cloudwatch:DescribeAlarms",
-        "cloudwatch:PutMetricAlarm",
-    ),
-    "LogGroups": (
-        "logs:CreateLogGroup",
-        "logs:DeleteLogGroup",
-        "logs:DeleteRetentionPolicy",
-        "logs:DescribeLogGroups",
-        "logs:ListTagsForResource",
-        "logs:PutRetentionPolicy",
-        "logs:TagResource",
-        "logs:UntagResource",
-    ),
-    "RuntimeStack": (
-        "cloudformation:CreateStack",
-        "cloudformation:DeleteStack",
-        "cloudformation:DescribeStackEvents",
-        "cloudformation:DescribeStacks",
-        "cloudformation:GetTemplate",
-        "cloudformation:UpdateStack",
-        "cloudformation:ValidateTemplate",
-        # CloudFormation calls AgentCore with the deployer's credentials.
-        "bedrock-agentcore:CreateAgentRuntime",
-        "bedrock-agentcore:CreateWorkloadIdentity",
-        "bedrock-agentcore:DeleteAgentRuntime",
-        "bedrock-agentcore:DeleteWorkloadIdentity",
-        "bedrock-agentcore:GetAgentRuntime",
-        "bedrock-agentcore:GetWorkloadIdentity",
-        "bedrock-agentcore:ListAgentRuntimeVersions",
-        "bedrock-agentcore:ListTagsForResource",
-        "bedrock-agentcore:TagResource",
-        "bedrock-agentcore:UntagResource",
-        "bedrock-agentcore:UpdateAgentRuntime",
-    ),
-}
-
-# Scoped statements: the roles the deployment creates (<name>-sagemaker, <name>-agentcore), handed only to the
-# services that run them; the service-linked role of SageMaker autoscaling (the account's first registration).
 PASS_ROLE_SERVICES = ("sagemaker.amazonaws.com", "bedrock-agentcore.amazonaws.com")
-AUTOSCALING_SERVICE = "sagemaker.application-autoscaling.amazonaws.com"
-
-
-# The conditions of those scoped statements, as the simulation must be told them (it cannot guess a context).
-CONDITIONED: Mapping[str, tuple[str, tuple[str, ...]]] = {
-    "iam:PassRole": ("iam:PassedToService", PASS_ROLE_SERVICES),
-    "iam:CreateServiceLinkedRole": ("iam:AWSServiceName", (AUTOSCALING_SERVICE,)),
+# The service-linked roles a fresh account lacks: SageMaker endpoint autoscaling's (the first
+# RegisterScalableTarget) and AgentCore's runtime identity role (the first CreateAgentRuntime).
+SERVICE_LINKED_ROLES = {
+    "sagemaker.application-autoscaling.amazonaws.com": "AWSServiceRoleForApplicationAutoScaling_SageMakerEndpoint",
+    "runtime-identity.bedrock-agentcore.amazonaws.com": "AWSServiceRoleForBedrockAgentCoreRuntimeIdentity",
 }
+PROJECT_TAG = "Project"  # terraform/*/variables.tf: default_tags Project = <name>
+
+
+@dataclass(frozen=True)
+class Statement:
+    sid: str
+    actions: tuple[str, ...]
+    # ARN patterns; {name}, {runtime} (<name>_agent as AgentCore spells it) and {stack} are filled in.
+    resources: tuple[str, ...] = ("*",)
+    condition: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+
+
+STATEMENTS: tuple[Statement, ...] = (
+    # Read-only calls, and actions IAM authorizes on "*" only.
+    Statement(
+        "ReadAndUnscoped",
+        (
+            "application-autoscaling:DescribeScalableTargets",
+            "application-autoscaling:DescribeScalingPolicies",
+            "bedrock-agentcore:CreateAgentRuntime",  # CloudFormation calls it with the deployer's credentials
+            "bedrock-agentcore:ListAgentRuntimeVersions",
+            "cloudformation:ValidateTemplate",
+            "cloudwatch:DescribeAlarms",
+            "ecr:GetAuthorizationToken",
+            "iam:GetRole",
+            "iam:SimulatePrincipalPolicy",
+            "kms:CreateKey",
+            "logs:DescribeLogGroups",
+            "sagemaker:DescribeEndpoint",
+            "sagemaker:DescribeEndpointConfig",
+            "sagemaker:DescribeModel",
+            "sts:GetCallerIdentity",
+        ),
+    ),
+    # terraform/shared, the image push and the image-digest lookups.
+    Statement(
+        "Ecr",
+        (
+            "ecr:BatchCheckLayerAvailability",
+            "ecr:BatchGetImage",
+            "ecr:CompleteLayerUpload",
+            "ecr:CreateRepository",
+            "ecr:DeleteLifecyclePolicy",
+            "ecr:DeleteRepository",
+            "ecr:DescribeImages",
+            "ecr:DescribeRepositories",
+            "ecr:GetLifecyclePolicy",
+            "ecr:InitiateLayerUpload",
+            "ecr:ListTagsForResource",
+            "ecr:PutImage",
+            "ecr:PutImageScanningConfiguration",
+            "ecr:PutImageTagMutability",
+            "ecr:PutLifecyclePolicy",
+            "ecr:TagResource",
+            "ecr:UntagResource",
+            "ecr:UploadLayerPart",
+        ),
+        ("arn:aws:ecr:*:*:repository/{name}/*",),
+    ),
+    # The grants ECR keeps on the key of a KMS-encrypted repository: made at CreateRepository, retired at
+    # DeleteRepository, in the caller's name; only ECR may use this statement.
+    Statement(
+        "EcrKeyGrants",
+        ("kms:CreateGrant", "kms:DescribeKey", "kms:RetireGrant"),
+        ("arn:aws:kms:*:*:key/*",),
+        {"StringLike": {"kms:ViaService": "ecr.*.amazonaws.com"}},
+    ),
+    Statement(
+        "WeightBucket",
+        (
+            "s3:CreateBucket",
+            "s3:DeleteBucket",
+            "s3:DeleteBucketPolicy",
+            "s3:DeleteObject",
+            "s3:DeleteObjectVersion",
+            "s3:GetAccelerateConfiguration",
+            "s3:GetBucketAcl",
+            "s3:GetBucketCORS",
+            "s3:GetBucketLocation",
+            "s3:GetBucketLogging",
+            "s3:GetBucketObjectLockConfiguration",
+            "s3:GetBucketOwnershipControls",
+            "s3:GetBucketPolicy",
+            "s3:GetBucketPublicAccessBlock",
+            "s3:GetBucketRequestPayment",
+            "s3:GetBucketTagging",
+            "s3:GetBucketVersioning",
+            "s3:GetBucketWebsite",
+            "s3:GetEncryptionConfiguration",
+            "s3:GetLifecycleConfiguration",
+            "s3:GetObject",
+            "s3:GetReplicationConfiguration",
+            "s3:ListBucket",
+            "s3:ListBucketVersions",
+            "s3:PutBucketOwnershipControls",
+            "s3:PutBucketPolicy",
+            "s3:PutBucketPublicAccessBlock",
+            "s3:PutBucketTagging",
+            "s3:PutBucketVersioning",
+            "s3:PutEncryptionConfiguration",
+            "s3:PutLifecycleConfiguration",
+            "s3:PutObject",
+        ),
+        ("arn:aws:s3:::{name}-weights-*", "arn:aws:s3:::{name}-weights-*/*"),
+    ),
+    # The weight bucket's key: its ARN holds a random id, so the project's tag (default_tags) is the scope.
+    Statement(
+        "WeightKey",
+        (
+            "kms:Decrypt",
+            "kms:DescribeKey",
+            "kms:EnableKeyRotation",
+            "kms:GenerateDataKey",
+            "kms:GetKeyPolicy",
+            "kms:GetKeyRotationStatus",
+            "kms:ListResourceTags",
+            "kms:PutKeyPolicy",
+            "kms:ScheduleKeyDeletion",
+            "kms:UntagResource",
+        ),
+        ("arn:aws:kms:*:*:key/*",),
+        {"StringEquals": {f"aws:ResourceTag/{PROJECT_TAG}": "{name}"}},
+    ),
+    # Tags set on the key (at CreateKey, or later) must carry the project's tag: no other key can be brought in.
+    Statement(
+        "TagWeightKey",
+        ("kms:TagResource",),
+        ("arn:aws:kms:*:*:key/*",),
+        {"StringEquals": {f"aws:RequestTag/{PROJECT_TAG}": "{name}"}},
+    ),
+    # terraform/deployment: the execution roles and their inline policies.
+    Statement(
+        "Roles",
+        (
+            "iam:CreateRole",
+            "iam:DeleteRole",
+            "iam:DeleteRolePolicy",
+            "iam:GetRolePolicy",
+            "iam:ListAttachedRolePolicies",
+            "iam:ListInstanceProfilesForRole",
+            "iam:ListRolePolicies",
+            "iam:PutRolePolicy",
+            "iam:TagRole",
+            "iam:UntagRole",
+            "iam:UpdateAssumeRolePolicy",
+            "iam:UpdateRole",
+        ),
+        ("arn:aws:iam::*:role/{name}-*",),
+    ),
+    Statement(
+        "PassDeploymentRoles",
+        ("iam:PassRole",),
+        ("arn:aws:iam::*:role/{name}-*",),
+        {"StringEquals": {"iam:PassedToService": list(PASS_ROLE_SERVICES)}},
+    ),
+    Statement(
+        "ServiceLinkedRoles",
+        ("iam:CreateServiceLinkedRole",),
+        tuple(f"arn:aws:iam::*:role/aws-service-role/{svc}/{role}" for svc, role in SERVICE_LINKED_ROLES.items()),
+        {"StringEquals": {"iam:AWSServiceName": list(SERVICE_LINKED_ROLES)}},
+    ),
+    Statement(
+        "Endpoint",
+        (
+            "sagemaker:AddTags",
+            "sagemaker:CreateEndpoint",
+            "sagemaker:CreateEndpointConfig",
+            "sagemaker:CreateModel",
+            "sagemaker:DeleteEndpoint",
+            "sagemaker:DeleteEndpointConfig",
+            "sagemaker:DeleteModel",
+            "sagemaker:DeleteTags",
+            "sagemaker:ListTags",
+            "sagemaker:UpdateEndpoint",
+        ),
+        (
+            "arn:aws:sagemaker:*:*:endpoint/{name}",
+            "arn:aws:sagemaker:*:*:endpoint-config/{name}-*",
+            "arn:aws:sagemaker:*:*:model/{name}-*",
+        ),
+    ),
+    # The smoke tests and `make bench TARGET=deployed`.
+    Statement(
+        "InvokeEndpoint",
+        (
+            "sagemaker:InvokeEndpoint",
+            "sagemaker:InvokeEndpointWithBidirectionalStream",
+            "sagemaker:InvokeEndpointWithResponseStream",
+        ),
+        ("arn:aws:sagemaker:*:*:endpoint/{name}",),
+    ),
+    # Scalable targets have random ids: the service namespace is the scope.
+    Statement(
+        "Autoscaling",
+        (
+            "application-autoscaling:DeleteScalingPolicy",
+            "application-autoscaling:DeregisterScalableTarget",
+            "application-autoscaling:ListTagsForResource",
+            "application-autoscaling:PutScalingPolicy",
+            "application-autoscaling:RegisterScalableTarget",
+            "application-autoscaling:TagResource",
+            "application-autoscaling:UntagResource",
+        ),
+        ("*",),
+        {"StringEquals": {"application-autoscaling:service-namespace": "sagemaker"}},
+    ),
+    # The alarms target tracking creates, named after the variant's resource id.
+    Statement(
+        "ScalingAlarms",
+        ("cloudwatch:DeleteAlarms", "cloudwatch:PutMetricAlarm"),
+        ("arn:aws:cloudwatch:*:*:alarm:TargetTracking-endpoint/{name}/*",),
+    ),
+    Statement(
+        "LogGroups",
+        (
+            "logs:CreateLogGroup",
+            "logs:DeleteLogGroup",
+            "logs:DeleteRetentionPolicy",
+            "logs:ListTagsForResource",
+            "logs:PutRetentionPolicy",
+            "logs:TagResource",
+            "logs:UntagResource",
+        ),
+        (
+            "arn:aws:logs:*:*:log-group:/aws/sagemaker/Endpoints/{name}",
+            "arn:aws:logs:*:*:log-group:/aws/sagemaker/Endpoints/{name}:*",
+            "arn:aws:logs:*:*:log-group:/aws/bedrock-agentcore/runtimes/{runtime}-*",
+        ),
+    ),
+    Statement(
+        "RuntimeStack",
+        (
+            "cloudformation:CreateStack",
+            "cloudformation:DeleteStack",
+            "cloudformation:DescribeStackEvents",
+            "cloudformation:DescribeStacks",
+            "cloudformation:GetTemplate",
+            "cloudformation:UpdateStack",
+        ),
+        ("arn:aws:cloudformation:*:*:stack/{stack}/*",),
+    ),
+    # What CloudFormation does to the runtime in the deployer's name, and the smoke test's and bench's calls.
+    Statement(
+        "Runtime",
+        (
+            "bedrock-agentcore:CreateWorkloadIdentity",
+            "bedrock-agentcore:DeleteAgentRuntime",
+            "bedrock-agentcore:DeleteWorkloadIdentity",
+            "bedrock-agentcore:GetAgentRuntime",
+            "bedrock-agentcore:GetWorkloadIdentity",
+            "bedrock-agentcore:InvokeAgentRuntime",
+            "bedrock-agentcore:ListTagsForResource",
+            "bedrock-agentcore:StopRuntimeSession",
+            "bedrock-agentcore:TagResource",
+            "bedrock-agentcore:UntagResource",
+            "bedrock-agentcore:UpdateAgentRuntime",
+        ),
+        (
+            "arn:aws:bedrock-agentcore:*:*:runtime/{runtime}-*",
+            "arn:aws:bedrock-agentcore:*:*:workload-identity-directory/default",
+            "arn:aws:bedrock-agentcore:*:*:workload-identity-directory/default/workload-identity/{runtime}-*",
+        ),
+    ),
+)
+
+# Kept for the preflight's callers: statement id -> its actions.
+ACTIONS: Mapping[str, tuple[str, ...]] = {s.sid: s.actions for s in STATEMENTS}
+
+
+def runtime_name(name: str) -> str:
+    """terraform/deployment: replace("<name>_agent", "-", "_"), as AgentRuntimeName allows."""
+    return f"{name}_agent".replace("-", "_")
+
+
+def _fill(value: Any, name: str) -> Any:
+    if isinstance(value, str):
+        runtime = runtime_name(name)
+        return value.format(name=name, runtime=runtime, stack=runtime.replace("_", "-"))
+    if isinstance(value, list):
+        return [_fill(v, name) for v in value]
+    return {k: _fill(v, name) for k, v in value.items()}
 
 
 def all_actions() -> list[str]:
-    return sorted(
-        {a for actions in ACTIONS.values() for a in actions} | {"iam:PassRole", "iam:CreateServiceLinkedRole"}
-    )
+    return sorted({a for s in STATEMENTS for a in s.actions})
+
+
+def statement_document(statement: Statement, name: str = "kokoro-tts") -> dict[str, Any]:
+    resources = [_fill(r, name) for r in statement.resources]
+    document: dict[str, Any] = {
+        "Sid": statement.sid,
+        "Effect": "Allow",
+        "Action": sorted(statement.actions) if len(statement.actions) > 1 else statement.actions[0],
+        "Resource": resources if len(resources) > 1 else resources[0],
+    }
+    if statement.condition:
+        document["Condition"] = _fill(dict(statement.condition), name)
+    return document
 
 
 def policy_document(name: str = "kokoro-tts") -> dict[str, Any]:
-    statements: list[dict[str, Any]] = [
-        {"Sid": sid, "Effect": "Allow", "Action": sorted(actions), "Resource": "*"} for sid, actions in ACTIONS.items()
-    ]
-    statements.append(
-        {
-            "Sid": "PassDeploymentRoles",
-            "Effect": "Allow",
-            "Action": "iam:PassRole",
-            "Resource": f"arn:aws:iam::*:role/{name}-*",
-            "Condition": {"StringEquals": {"iam:PassedToService": list(PASS_ROLE_SERVICES)}},
-        }
-    )
-    statements.append(
-        {
-            "Sid": "AutoscalingServiceLinkedRole",
-            "Effect": "Allow",
-            "Action": "iam:CreateServiceLinkedRole",
-            "Resource": "*",
-            "Condition": {"StringEquals": {"iam:AWSServiceName": AUTOSCALING_SERVICE}},
-        }
-    )
-    return {"Version": "2012-10-17", "Statement": statements}
+    return {"Version": "2012-10-17", "Statement": [statement_document(s, name) for s in STATEMENTS]}
 
 
 def policy_json(name: str = "kokoro-tts") -> str:
@@ -239,12 +349,64 @@ def principal_arn(caller_arn: str, get_role: Callable[[str], str]) -> str | None
     return caller_arn
 
 
+def simulation_cases(account: str, region: str, name: str = "kokoro-tts") -> list[dict[str, Any]]:
+    """One SimulatePrincipalPolicy request per statement and condition value: its actions on a resource of the
+    deployment (the pattern with its wildcards filled in as the deployment names things), with the context its
+    condition asks for. Unscoped statements are simulated on "*"."""
+    runtime = runtime_name(name)
+    samples = {
+        "Ecr": f"arn:aws:ecr:{region}:{account}:repository/{name}/tts",
+        "EcrKeyGrants": f"arn:aws:kms:{region}:{account}:key/00000000-0000-0000-0000-000000000000",
+        "WeightBucket": f"arn:aws:s3:::{name}-weights-0",
+        "WeightKey": f"arn:aws:kms:{region}:{account}:key/00000000-0000-0000-0000-000000000000",
+        "TagWeightKey": f"arn:aws:kms:{region}:{account}:key/00000000-0000-0000-0000-000000000000",
+        "Roles": f"arn:aws:iam::{account}:role/{name}-sagemaker",
+        "Endpoint": f"arn:aws:sagemaker:{region}:{account}:endpoint/{name}",
+        "InvokeEndpoint": f"arn:aws:sagemaker:{region}:{account}:endpoint/{name}",
+        "ScalingAlarms": f"arn:aws:cloudwatch:{region}:{account}:alarm:TargetTracking-endpoint/{name}/variant/x",
+        "LogGroups": f"arn:aws:logs:{region}:{account}:log-group:/aws/sagemaker/Endpoints/{name}",
+        "RuntimeStack": f"arn:aws:cloudformation:{region}:{account}:stack/{runtime.replace('_', '-')}/1",
+        "Runtime": f"arn:aws:bedrock-agentcore:{region}:{account}:runtime/{runtime}-AbCdE12345",
+    }
+    contexts: dict[str, list[tuple[str, str]]] = {
+        "EcrKeyGrants": [("kms:ViaService", f"ecr.{region}.amazonaws.com")],
+        "WeightKey": [(f"aws:ResourceTag/{PROJECT_TAG}", name)],
+        "TagWeightKey": [(f"aws:RequestTag/{PROJECT_TAG}", name)],
+        "Autoscaling": [("application-autoscaling:service-namespace", "sagemaker")],
+    }
+    cases: list[dict[str, Any]] = []
+    for statement in STATEMENTS:
+        actions = sorted(statement.actions)
+        if statement.sid == "PassDeploymentRoles":
+            for service in PASS_ROLE_SERVICES:
+                suffix = "sagemaker" if service.startswith("sagemaker") else "agentcore"
+                role = f"arn:aws:iam::{account}:role/{name}-{suffix}"
+                cases.append(_case(actions, role, [("iam:PassedToService", service)]))
+        elif statement.sid == "ServiceLinkedRoles":
+            for service, role in SERVICE_LINKED_ROLES.items():
+                arn = f"arn:aws:iam::{account}:role/aws-service-role/{service}/{role}"
+                cases.append(_case(actions, arn, [("iam:AWSServiceName", service)]))
+        else:
+            for start in range(0, len(actions), 50):
+                chunk = actions[start : start + 50]
+                cases.append(_case(chunk, samples.get(statement.sid, "*"), contexts.get(statement.sid, [])))
+    return cases
+
+
+def _case(actions: list[str], resource: str, context: list[tuple[str, str]]) -> dict[str, Any]:
+    case: dict[str, Any] = {"ActionNames": actions, "ResourceArns": [resource]}
+    if context:
+        case["ContextEntries"] = [
+            {"ContextKeyName": key, "ContextKeyValues": [value], "ContextKeyType": "string"} for key, value in context
+        ]
+    return case
+
+
 def check_permissions(
     iam: Any, caller_arn: str, actions: Iterable[str] | None = None, name: str = "kokoro-tts"
 ) -> PermissionCheck:
-    """Simulate every action for the caller; an action the simulation denies is a gap. Unconditioned actions are
-    simulated on resource "*"; iam:PassRole on the deployment's role with each service it is passed to, and
-    iam:CreateServiceLinkedRole with the autoscaling service, as the policy's conditions ask. The simulation
+    """Simulate every statement's actions for the caller, on a resource of the deployment and with the context the
+    statement's condition needs (simulation_cases); an action the simulation denies is a gap. The simulation
     itself needs iam:SimulatePrincipalPolicy (and iam:GetRole for a role): without them the check says why it
     could not run."""
     from botocore.exceptions import BotoCoreError, ClientError
@@ -261,30 +423,23 @@ def check_permissions(
         result.unchecked = "the account root may do everything"
         return result
     result.principal = principal
-    wanted = sorted(actions) if actions is not None else all_actions()
-    plain = [a for a in wanted if a not in CONDITIONED]
+    wanted = set(actions) if actions is not None else set(all_actions())
     account = principal.split(":")[4]
+    region = "us-east-1"
     try:
-        for start in range(0, len(plain), 50):
-            answer = iam.simulate_principal_policy(PolicySourceArn=principal, ActionNames=plain[start : start + 50])
-            result.denied.extend(_denied(answer))
-        for action in (a for a in wanted if a in CONDITIONED):
-            key, values = CONDITIONED[action]
-            for value in values:
-                # The role each service receives: <name>-sagemaker, <name>-agentcore (terraform/modules/iam).
-                suffix = "sagemaker" if value.startswith("sagemaker") else "agentcore"
-                role = f"arn:aws:iam::{account}:role/{name}-{suffix}"
-                resources = [role] if action == "iam:PassRole" else ["*"]
-                answer = iam.simulate_principal_policy(
-                    PolicySourceArn=principal,
-                    ActionNames=[action],
-                    ResourceArns=resources,
-                    ContextEntries=[{"ContextKeyName": key, "ContextKeyValues": [value], "ContextKeyType": "string"}],
-                )
-                result.denied.extend(f"{a} ({key}={value})" for a in _denied(answer))
+        for case in simulation_cases(account, region, name):
+            names = [a for a in case["ActionNames"] if a in wanted]
+            if not names:
+                continue
+            answer = iam.simulate_principal_policy(PolicySourceArn=principal, **{**case, "ActionNames": names})
+            context = ", ".join(
+                f"{e['ContextKeyName']}={e['ContextKeyValues'][0]}" for e in case.get("ContextEntries", [])
+            )
+            result.denied.extend(f"{a} ({context})" if context else a for a in _denied(answer))
     except failures as e:
         result.unchecked = f"iam:SimulatePrincipalPolicy failed ({_first_line(e)})"
         result.denied.clear()
+    result.denied.sort()
     return result
 
 

@@ -328,8 +328,11 @@ def test_the_preflight_names_the_actions_the_deployer_may_not_call() -> None:
         [f"arn:aws:iam::{ACCOUNT}:role/kokoro-tts-sagemaker"],
         [f"arn:aws:iam::{ACCOUNT}:role/kokoro-tts-agentcore"],
     ]
-    [linked] = [c for a, c in iam.contexts if a == "iam:CreateServiceLinkedRole"]
-    assert linked["ContextEntries"][0]["ContextKeyName"] == "iam:AWSServiceName"
+    linked = [c for a, c in iam.contexts if a == "iam:CreateServiceLinkedRole"]
+    assert [c["ContextEntries"][0]["ContextKeyValues"] for c in linked] == [
+        ["sagemaker.application-autoscaling.amazonaws.com"],
+        ["runtime-identity.bedrock-agentcore.amazonaws.com"],
+    ]
 
     report = Report()
     check_deployer_permissions(FakeIam(everything), f"arn:aws:iam::{ACCOUNT}:user/deployer", report)
