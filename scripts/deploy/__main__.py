@@ -6,7 +6,9 @@
   ecr-login               docker login to the registry of --repository-url
   image-digest            the digest of --repository-url:--tag (exit 3 when the tag is not there)
   base-image              <base image>@<digest>: what --dockerfile is built FROM, resolved in the registry now
+  tts-build               the TTS image's backend and device for INSTANCE_TYPE (torch cuda on GPU types, onnx cpu)
   tfvars                  the deployment root's var file from the shared outputs and the pushed images
+                          (--previous-outputs: a redeploy keeps the endpoint's live instance count)
   release-scaling         before an apply that changes the instance type: deregister the autoscaled variant
   wait                    until the endpoint is InService (exit 1 on Failed, with the FailureReason)
   smoke                   the endpoint's health (GPU asserted on ml.g*/ml.p*), then two sentences through
@@ -159,15 +161,41 @@ def cmd_tfvars(args: argparse.Namespace) -> int:
     if problems:
         _err("; ".join(problems))
         return 1
+    live = _live_instances(args.previous_outputs) if args.previous_outputs else None
     settings = DeploymentSettings(
         bedrock_model_id=args.bedrock_model_id,
         instance_type=args.instance_type,
         min_instances=int(args.min_instances),
         max_instances=int(args.max_instances),
+        live_instances=live,
     )
     variables = deployment_variables(shared, args.tts_image, args.agent_image, settings)
+    if live is not None:
+        print(
+            f"  the endpoint runs {live} instance(s) now: a new configuration starts with "
+            f"{variables['initial_instance_count']} (within {settings.min_instances}-{settings.max_instances})"
+        )
     write_var_file(args.out, variables)
     print(f"  wrote {args.out}")
+    return 0
+
+
+def _live_instances(previous_outputs: Path) -> int | None:
+    """The deployed endpoint's desired instance count, from the previous deployment's outputs and SageMaker."""
+    from .scaling import live_desired_count
+    from .tfvars import load_outputs
+
+    outputs = load_outputs(previous_outputs)
+    name, arn = outputs.get("endpoint_name"), outputs.get("endpoint_arn")
+    if not name or not arn:
+        return None
+    return live_desired_count(_client("sagemaker", str(arn).split(":")[3]), str(name))
+
+
+def cmd_tts_build(args: argparse.Namespace) -> int:
+    from .instances import tts_build
+
+    print(" ".join(tts_build(args.instance_type)))
     return 0
 
 
@@ -334,7 +362,16 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--instance-type", default=env.get("INSTANCE_TYPE") or "ml.g5.xlarge")
     p.add_argument("--min-instances", default=env.get("MIN_INSTANCES") or "1")
     p.add_argument("--max-instances", default=env.get("MAX_INSTANCES") or "2")
+    p.add_argument(
+        "--previous-outputs",
+        type=Path,
+        help="the deployment in place (terraform output -json): a new configuration keeps its live instance count",
+    )
     p.set_defaults(func=cmd_tfvars)
+
+    p = sub.add_parser("tts-build", help="print the TTS image's BACKEND and DEVICE for an instance type")
+    p.add_argument("--instance-type", default=env.get("INSTANCE_TYPE") or "ml.g5.xlarge")
+    p.set_defaults(func=cmd_tts_build)
 
     def endpoint_args(p: argparse.ArgumentParser) -> None:
         p.add_argument("--deployment-outputs", type=Path, help="terraform -chdir=terraform/deployment output -json")

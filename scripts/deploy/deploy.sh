@@ -4,6 +4,7 @@
 #   BEDROCK_MODEL_ID=...   required: the Bedrock model or inference profile the agent uses
 #   AWS_REGION             default: AWS_DEFAULT_REGION, the region terraform/shared lives in, the profile's, us-east-1
 #   INSTANCE_TYPE          default ml.g5.xlarge;  MIN_INSTANCES / MAX_INSTANCES: autoscaling, default 1 / 2
+#                          a GPU type (ml.g*, ml.p*) gets the torch image (CUDA), any other the onnx image (CPU)
 #   WEIGHTS_SOURCE         local (default: the layout in WEIGHTS_DIR, default models/kokoro, with the torch
 #                          weights) or hf (fetched from Hugging Face into models/kokoro-hf)
 #   WAIT_TIMEOUT_S, WAIT_POLL_S   the wait for InService (default 3600 / 30)
@@ -39,7 +40,13 @@ deploy_py preflight
 REGION=$(deploy_py region)
 export AWS_REGION=$REGION AWS_DEFAULT_REGION=$REGION
 TAG=$(deploy_py image-tag)
-echo "  region $REGION, image tag $TAG, instance type $INSTANCE_TYPE ($MIN_INSTANCES-$MAX_INSTANCES)"
+# The TTS image's backend follows the instance type; the onnx image has a tag of its own (tags are immutable).
+TTS_BUILD=$(deploy_py tts-build --instance-type "$INSTANCE_TYPE")
+read -r TTS_BACKEND TTS_DEVICE <<<"$TTS_BUILD"
+TTS_TAG=$TAG
+[ "$TTS_BACKEND" = torch ] || TTS_TAG=$TAG-$TTS_BACKEND
+echo "  region $REGION, image tag $TAG, instance type $INSTANCE_TYPE ($MIN_INSTANCES-$MAX_INSTANCES)," \
+  "TTS backend $TTS_BACKEND on $TTS_DEVICE"
 
 if [ "$WEIGHTS_SOURCE" = hf ]; then
   # Before anything in AWS changes: a Hub that cannot be reached stops the deploy here.
@@ -67,24 +74,25 @@ deploy_py ecr-login --repository-url "$TTS_REPO"
 
 # Prints <repository url>@<digest>. The tags are immutable: a tag already pushed is this very tree's image
 # (image-tag hashes a dirty tree's changes), so it is reused rather than built again.
-build_push() { # REPOSITORY_URL PLATFORM DOCKERFILE
-  local repo=$1 platform=$2 dockerfile=$3 digest rc=0
-  digest=$(deploy_py image-digest --repository-url "$repo" --tag "$TAG") || rc=$?
+build_push() { # REPOSITORY_URL PLATFORM DOCKERFILE TAG [--build-arg K=V ...]
+  local repo=$1 platform=$2 dockerfile=$3 tag=$4 digest rc=0
+  shift 4
+  digest=$(deploy_py image-digest --repository-url "$repo" --tag "$tag") || rc=$?
   if [ $rc -eq 0 ]; then
-    echo "  $repo:$TAG is already in ECR: reusing it" >&2
+    echo "  $repo:$tag is already in ECR: reusing it" >&2
   elif [ $rc -eq 3 ]; then
     # FROM the base image by the digest its tag points to now: recorded here and in the image's OCI labels.
     local base
     base=$(deploy_py base-image --dockerfile "$dockerfile")
-    echo "  building $repo:$TAG for $platform from $dockerfile, FROM $base" >&2
+    echo "  building $repo:$tag for $platform from $dockerfile, FROM $base" >&2
     # One platform, no attestations: a plain image manifest, which SageMaker and AgentCore accept.
-    docker buildx build --platform "$platform" -f "$dockerfile" -t "$repo:$TAG" \
+    docker buildx build --platform "$platform" -f "$dockerfile" -t "$repo:$tag" "$@" \
       --build-arg "PYTHON_DIGEST=${base##*@}" \
       --label "org.opencontainers.image.base.name=${base%@*}" \
       --label "org.opencontainers.image.base.digest=${base##*@}" \
       --provenance=false --sbom=false --push . >&2
-    digest=$(deploy_py image-digest --repository-url "$repo" --tag "$TAG") || {
-      echo "deploy: $repo:$TAG is not in ECR after the push" >&2
+    digest=$(deploy_py image-digest --repository-url "$repo" --tag "$tag") || {
+      echo "deploy: $repo:$tag is not in ECR after the push" >&2
       return 1
     }
   else
@@ -92,22 +100,26 @@ build_push() { # REPOSITORY_URL PLATFORM DOCKERFILE
   fi
   echo "$repo@$digest"
 }
-TTS_IMAGE=$(build_push "$TTS_REPO" linux/amd64 container/Dockerfile)
-AGENT_IMAGE=$(build_push "$AGENT_REPO" linux/arm64 agent/Dockerfile)
+TTS_IMAGE=$(build_push "$TTS_REPO" linux/amd64 container/Dockerfile "$TTS_TAG" \
+  --build-arg "BACKEND=$TTS_BACKEND" --build-arg "DEVICE=$TTS_DEVICE")
+AGENT_IMAGE=$(build_push "$AGENT_REPO" linux/arm64 agent/Dockerfile "$TAG")
 echo "  TTS image:   $TTS_IMAGE"
 echo "  agent image: $AGENT_IMAGE"
 
 # ---------------------------------------------------------------------------------------------------------------
-step "deployment: terraform apply (roles, endpoint, autoscaling, AgentCore runtime)"
-deploy_py tfvars --shared-outputs "$WORK/shared.json" --tts-image "$TTS_IMAGE" --agent-image "$AGENT_IMAGE" \
-  --out "$DEPLOYMENT_VARS"
+step "deployment: terraform apply (roles, AgentCore runtime, then the endpoint and its autoscaling)"
 tf_init deployment
+previous=()
 if tf_has_resources deployment; then
   # SageMaker refuses to change the instance type of an autoscaled variant: deregister it first; the apply
   # registers it again after the update (scripts/deploy/scaling.py).
   tf deployment output -json >"$WORK/previous.json"
   deploy_py release-scaling --deployment-outputs "$WORK/previous.json" --instance-type "$INSTANCE_TYPE"
+  # The provider's UpdateEndpoint resets the variant to the configuration's count: give it the live one.
+  previous=(--previous-outputs "$WORK/previous.json")
 fi
+deploy_py tfvars --shared-outputs "$WORK/shared.json" --tts-image "$TTS_IMAGE" --agent-image "$AGENT_IMAGE" \
+  --out "$DEPLOYMENT_VARS" "${previous[@]}"
 tf deployment apply -input=false -auto-approve -no-color "-var-file=$VAR_FILE"
 tf deployment output -json >"$WORK/deployment.json"
 

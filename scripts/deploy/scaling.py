@@ -50,6 +50,25 @@ def _live_variants(sagemaker: Any, endpoint_name: str) -> dict[str, str] | None:
     return {v["VariantName"]: v.get("InstanceType", "") for v in config.get("ProductionVariants", [])}
 
 
+def live_desired_count(sagemaker: Any, endpoint_name: str) -> int | None:
+    """The desired instance count of the endpoint's (single) variant now, which autoscaling may have moved away from
+    the configuration's initial count; None when there is no endpoint or it reports none.
+
+    Fed back as initial_instance_count because the provider's UpdateEndpoint resets the variant to the new
+    configuration's count (it sends no RetainAllVariantProperties: terraform-provider-aws #48990)."""
+    try:
+        described = sagemaker.describe_endpoint(EndpointName=endpoint_name)
+    except ClientError as e:
+        if "not find" in str(e.response.get("Error", {}).get("Message", "")):
+            return None
+        raise ScalingError(f"DescribeEndpoint {endpoint_name} failed: {e}") from e
+    counts = [
+        v.get("DesiredInstanceCount", v.get("CurrentInstanceCount")) for v in described.get("ProductionVariants", [])
+    ]
+    found = [int(c) for c in counts if isinstance(c, int)]
+    return max(found) if found else None
+
+
 def release_for_instance_type(
     sagemaker: Any,
     autoscaling: Any,

@@ -22,6 +22,7 @@ from kokoro_client.session import AudioEvent, ControlEvent, SessionOptions, TTSE
 from kokoro_client.utterances import UtteranceReader
 
 from .errors import DeployError
+from .instances import is_gpu_instance
 
 SENTENCES = ("Hello from Kokoro on SageMaker.", "This is the second sentence of the smoke test.")
 
@@ -175,12 +176,6 @@ async def smoke_endpoint(
 
 HEALTH_ATTRIBUTE = "health"
 HEALTH_FIELDS = ("status", "backend", "device", "model_sha256", "version")
-
-
-def is_gpu_instance(instance_type: str) -> bool:
-    """ml.g*/ml.p* carry NVIDIA GPUs; everything else the endpoint runs on is a CPU instance."""
-    family = instance_type.removeprefix("ml.").split(".", 1)[0]
-    return family[:1] in ("g", "p") and family[1:2].isdigit()
 
 
 @dataclass(frozen=True)

@@ -54,6 +54,14 @@ class DeploymentSettings:
     instance_type: str = "ml.g5.xlarge"
     min_instances: int = 1
     max_instances: int = 2
+    # The live desired count of an endpoint already deployed (None: a first deploy, which starts at the floor).
+    live_instances: int | None = None
+
+    def initial_instances(self) -> int:
+        """What the variant starts with: the floor, or the live count kept within the (new) bounds."""
+        if self.live_instances is None:
+            return self.min_instances
+        return min(max(self.live_instances, self.min_instances), self.max_instances)
 
 
 def count_problems(instance_type: str, min_instances: str, max_instances: str) -> list[str]:
@@ -109,8 +117,8 @@ def deployment_variables(
         "weights_kms_key_arn": shared["weights_kms_key_arn"],
         "bedrock_model_id": settings.bedrock_model_id.strip(),
         "instance_type": settings.instance_type,
-        # The endpoint starts at the floor; autoscaling takes it from there.
-        "initial_instance_count": settings.min_instances,
+        # A new endpoint starts at the floor, a redeployed one at its live count; autoscaling takes it from there.
+        "initial_instance_count": settings.initial_instances(),
         "min_instance_count": settings.min_instances,
         "max_instance_count": settings.max_instances,
     }

@@ -82,7 +82,7 @@ def _aws_env(fake_aws_env: None) -> None:
 # the moto server (AWS_ENDPOINT_URL) the way the real tools would act on AWS.
 
 FAKE_TERRAFORM = r"""
-import hashlib, json, os, sys
+import hashlib, json, os, re, sys
 from pathlib import Path
 
 args = sys.argv[1:]
@@ -149,18 +149,23 @@ elif command == "apply" and name == "deployment":
     v = variables()
     region = v["region"]
     sm, scaling = aws("sagemaker", region), aws("application-autoscaling", region)
-    # moto rejects ml.g5/ml.g6 types (terraform/README.md, the moto run): those run as ml.m5.large here.
+    # moto rejects ml.g5/ml.g6/ml.c7i types (terraform/README.md, the moto run): those run as ml.m5.large here.
     wanted = v["instance_type"]
-    instance = "ml.m5.large" if wanted.startswith(("ml.g5.", "ml.g6.")) else wanted
+    instance = "ml.m5.large" if wanted.startswith(("ml.g5.", "ml.g6.", "ml.c7i.")) else wanted
     model = "kokoro-tts-" + hashlib.sha256(v["tts_image_uri"].encode()).hexdigest()[:8]
-    config = model + "-" + hashlib.sha256(instance.encode()).hexdigest()[:4]
+    # The module's names: a new image or instance type is a new configuration; a new initial count alone is not
+    # (ignore_changes), but a new configuration starts with it.
+    config = model + "-" + hashlib.sha256(wanted.encode()).hexdigest()[:4]
+    variant_config = {"VariantName": "AllTraffic", "ModelName": model, "InstanceType": instance,
+                      "InitialInstanceCount": int(v["initial_instance_count"])}
+    # The module's rule: the GPU host image on ml.g*/ml.p* only.
+    if re.match(r"ml\.[gp][0-9]", wanted):
+        variant_config["InferenceAmiVersion"] = v.get("inference_ami_version", "al2-ami-sagemaker-inference-gpu-3-1")
     if model not in {m["ModelName"] for m in sm.list_models()["Models"]}:
         sm.create_model(ModelName=model, ExecutionRoleArn=f"arn:aws:iam::{ACCOUNT}:role/kokoro-tts-sagemaker",
                         PrimaryContainer={"Image": v["tts_image_uri"]})
     if config not in {c["EndpointConfigName"] for c in sm.list_endpoint_configs()["EndpointConfigs"]}:
-        sm.create_endpoint_config(EndpointConfigName=config, ProductionVariants=[
-            {"VariantName": "AllTraffic", "ModelName": model, "InstanceType": instance,
-             "InitialInstanceCount": int(v["initial_instance_count"])}])
+        sm.create_endpoint_config(EndpointConfigName=config, ProductionVariants=[variant_config])
     variant = "endpoint/kokoro-tts/variant/AllTraffic"
     dimension = "sagemaker:variant:DesiredInstanceCount"
     if sm.list_endpoints()["Endpoints"]:
@@ -172,7 +177,8 @@ elif command == "apply" and name == "deployment":
             if before != instance and registered["ScalableTargets"]:
                 sys.exit("fake terraform: UpdateEndpoint: ValidationException: the instance type of variant AllTraffic "
                          "cannot change while it is registered for autoscaling: deregister it first")
-            # UpdateEndpoint: moto has none, so the endpoint is made again on the new configuration.
+            # UpdateEndpoint: moto has none, so the endpoint is made again on the new configuration, with its
+            # initial count, as the provider's UpdateEndpoint (no RetainAllVariantProperties) leaves it.
             sm.delete_endpoint(EndpointName="kokoro-tts")
             sm.create_endpoint(EndpointName="kokoro-tts", EndpointConfigName=config)
     else:
@@ -1265,3 +1271,89 @@ def test_a_redeploy_changes_the_instance_type_of_an_autoscaled_endpoint(
     result = deploy(INSTANCE_TYPE="ml.m5.xlarge")
     assert result.returncode == 0, result.stdout + result.stderr
     assert "deregistered" not in result.stdout and registered() == ["endpoint/kokoro-tts/variant/AllTraffic"]
+
+
+def run_deploy(checkout: Path, env: Mapping[str, str], **extra: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(checkout / "scripts/deploy/deploy.sh")],
+        cwd=checkout,
+        env={**env, **extra},
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+
+
+def test_a_cpu_instance_type_deploys_the_onnx_image_without_a_host_image(
+    deploy_env: dict[str, str], tmp_path: Path
+) -> None:
+    """ml.c7i.* (any CPU type): the onnx image, built for the CPU, under a tag of its own; no InferenceAmiVersion."""
+    checkout = make_checkout(tmp_path)
+    log = Path(deploy_env["FAKE_LOG"])
+    rev = git(checkout, "rev-parse", "--short", "HEAD")
+    result = run_deploy(checkout, deploy_env, SKIP_SMOKE="1", INSTANCE_TYPE="ml.c7i.xlarge")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "TTS backend onnx on cpu" in result.stdout
+
+    builds = [c["args"] for c in tool_calls(log, "docker") if c["args"][:2] == ["buildx", "build"]]
+    tts = next(argv for argv in builds if argv[argv.index("-f") + 1] == "container/Dockerfile")
+    assert argv_pairs(tts, "--build-arg") >= {"BACKEND=onnx", "DEVICE=cpu"}
+    assert tts[tts.index("-t") + 1] == f"{TTS_REPO}:{rev}-onnx"
+    agent = next(argv for argv in builds if argv[argv.index("-f") + 1] == "agent/Dockerfile")
+    assert not any(a.startswith(("BACKEND=", "DEVICE=")) for a in argv_pairs(agent, "--build-arg"))
+
+    sm = boto3.client("sagemaker", region_name=REGION, endpoint_url=deploy_env["AWS_ENDPOINT_URL"])
+    config = sm.describe_endpoint(EndpointName="kokoro-tts")["EndpointConfigName"]
+    [variant] = sm.describe_endpoint_config(EndpointConfigName=config)["ProductionVariants"]
+    assert "InferenceAmiVersion" not in variant
+    variables = json.loads((checkout / "terraform/deployment/deploy.tfvars.json").read_text())
+    assert variables["instance_type"] == "ml.c7i.xlarge" and variables["tts_image_uri"].startswith(f"{TTS_REPO}@")
+
+    # Then a GPU type: the torch image under the plain tag (not the onnx one reused), with the host image.
+    result = run_deploy(checkout, deploy_env, SKIP_SMOKE="1", INSTANCE_TYPE="ml.g5.xlarge")
+    assert result.returncode == 0, result.stdout + result.stderr
+    builds = [c["args"] for c in tool_calls(log, "docker") if c["args"][:2] == ["buildx", "build"]]
+    assert argv_pairs(builds[-1], "--build-arg") >= {"BACKEND=torch", "DEVICE=cuda"}
+    assert builds[-1][builds[-1].index("-t") + 1] == f"{TTS_REPO}:{rev}"
+    config = sm.describe_endpoint(EndpointName="kokoro-tts")["EndpointConfigName"]
+    [variant] = sm.describe_endpoint_config(EndpointConfigName=config)["ProductionVariants"]
+    assert variant["InferenceAmiVersion"] == "al2-ami-sagemaker-inference-gpu-3-1"
+
+
+def argv_pairs(argv: list[str], flag: str) -> set[str]:
+    return {argv[i + 1] for i, a in enumerate(argv[:-1]) if a == flag}
+
+
+def test_a_redeploy_keeps_a_scaled_out_endpoint_scaled_out(deploy_env: dict[str, str], tmp_path: Path) -> None:
+    """Autoscaling took the endpoint to 3 instances; a redeploy with a new image (a new endpoint configuration,
+    which the provider's UpdateEndpoint applies without RetainAllVariantProperties) must leave it at 3."""
+    checkout = make_checkout(tmp_path)
+    env = {**deploy_env, "SKIP_SMOKE": "1", "INSTANCE_TYPE": "ml.m5.large", "MAX_INSTANCES": "4"}
+    sm = boto3.client("sagemaker", region_name=REGION, endpoint_url=deploy_env["AWS_ENDPOINT_URL"])
+
+    def live() -> tuple[str, int]:
+        described = sm.describe_endpoint(EndpointName="kokoro-tts")
+        return described["EndpointConfigName"], described["ProductionVariants"][0]["DesiredInstanceCount"]
+
+    result = run_deploy(checkout, env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    first_config, count = live()
+    assert count == 1
+    scale_out = [{"VariantName": "AllTraffic", "DesiredInstanceCount": 3}]
+    # What Application Auto Scaling does on a busy endpoint.
+    sm.update_endpoint_weights_and_capacities(EndpointName="kokoro-tts", DesiredWeightsAndCapacities=scale_out)
+    assert live()[1] == 3
+
+    (checkout / "scripts/deploy/README").write_text("a change: a new image tag, a new model, a new configuration\n")
+    result = run_deploy(checkout, env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    config, count = live()
+    assert config != first_config, "the redeploy should have moved the endpoint to a new configuration"
+    assert count == 3
+    assert "the endpoint runs 3 instance(s) now: a new configuration starts with 3 (within 1-4)" in result.stdout
+
+    # Bounds that no longer allow the live count win: a lower ceiling caps it.
+    (checkout / "scripts/deploy/README").write_text("another change\n")
+    result = run_deploy(checkout, env, MAX_INSTANCES="2")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert live()[1] == 2
