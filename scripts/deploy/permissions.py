@@ -44,6 +44,12 @@ STATEMENTS: tuple[Statement, ...] = (
             "application-autoscaling:DescribeScalingPolicies",
             "bedrock-agentcore:CreateAgentRuntime",  # CloudFormation calls it with the deployer's credentials
             "bedrock-agentcore:ListAgentRuntimeVersions",
+            # The preflight's account checks (scripts/deploy/account.py): AgentCore in the region, the model's
+            # lifecycle, one Converse call of one token as the deployer, the endpoint instance quota.
+            "bedrock-agentcore:ListAgentRuntimes",
+            "bedrock:GetFoundationModel",
+            "bedrock:GetInferenceProfile",
+            "bedrock:InvokeModel",
             "cloudformation:ValidateTemplate",
             "cloudwatch:DescribeAlarms",
             "ecr:GetAuthorizationToken",
@@ -54,6 +60,8 @@ STATEMENTS: tuple[Statement, ...] = (
             "sagemaker:DescribeEndpoint",
             "sagemaker:DescribeEndpointConfig",
             "sagemaker:DescribeModel",
+            "servicequotas:ListAWSDefaultServiceQuotas",
+            "servicequotas:ListServiceQuotas",
             "sts:GetCallerIdentity",
         ),
     ),
