@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .instances import is_gpu_instance
 from .region import region_conflicts
 from .tfvars import count_problems
 
@@ -41,6 +42,12 @@ class Report:
 
     def add(self, what: str, fix: str) -> None:
         self.problems.append(Problem(what, fix))
+
+    def problems_in_inputs(self, inputs: DeployInputs) -> bool:
+        """The settings themselves are wrong (no model id, counts that are not numbers): nothing to ask AWS about."""
+        return not inputs.bedrock_model_id.strip() or bool(
+            count_problems(inputs.instance_type, inputs.min_instances, inputs.max_instances)
+        )
 
     def message(self, action: str = "deploy") -> str:
         lines = [f"{action}: preflight failed, nothing was changed. Missing or wrong ({len(self.problems)}):"]
@@ -81,8 +88,9 @@ def check_inputs(inputs: DeployInputs, report: Report) -> None:
     if not inputs.bedrock_model_id.strip():
         report.add(
             "BEDROCK_MODEL_ID is not set: the agent needs a Bedrock model or inference profile id.",
-            "make deploy BEDROCK_MODEL_ID=us.anthropic.claude-3-5-haiku-20241022-v1:0   (one your account has "
-            f"access to in {inputs.region}: Bedrock console → Model access)",
+            "make deploy BEDROCK_MODEL_ID=us.amazon.nova-2-lite-v1:0   (an Active model or inference profile in "
+            f"{inputs.region}; Anthropic models need a Marketplace subscription and a use-case form first: "
+            "docs/deploy.md)",
         )
     for problem in count_problems(inputs.instance_type, inputs.min_instances, inputs.max_instances):
         report.add(problem, "e.g. make deploy ... INSTANCE_TYPE=ml.g5.xlarge MIN_INSTANCES=1 MAX_INSTANCES=2")
@@ -95,8 +103,9 @@ def check_inputs(inputs: DeployInputs, report: Report) -> None:
 
 
 def check_weights(inputs: DeployInputs, report: Report) -> None:
-    """The endpoint runs the torch backend (KOKORO_BACKEND=torch), which needs kokoro-v1_0.pth in the layout:
-    `make weights` (the offline mirror) has no torch weights, so this is the likeliest gap."""
+    """A GPU endpoint runs the torch backend (KOKORO_BACKEND=torch), which needs kokoro-v1_0.pth in the layout:
+    `make weights` (the offline mirror) has no torch weights, so this is the likeliest gap. A CPU endpoint runs
+    the onnx backend, which the layout always has."""
     if inputs.weights_source == "hf":
         report.found.append("weights: from Hugging Face (fetched with the torch weights, then pushed)")
         return
@@ -104,9 +113,10 @@ def check_weights(inputs: DeployInputs, report: Report) -> None:
 
     layout = WeightLayout(inputs.weights_dir)
     complete_without_torch = layout.is_complete(with_torch=False)
-    problems = layout.problems(with_torch=True)
+    with_torch = is_gpu_instance(inputs.instance_type)
+    problems = layout.problems(with_torch=with_torch)
     if not problems:
-        report.found.append(f"weights: {inputs.weights_dir} (with {TORCH})")
+        report.found.append(f"weights: {inputs.weights_dir}" + (f" (with {TORCH})" if with_torch else " (onnx)"))
         return
     fix = (
         "make deploy ... WEIGHTS_SOURCE=hf   (fetches the layout with the torch weights from Hugging Face into\n"
@@ -207,10 +217,13 @@ def check_python(report: Report) -> None:
         report.add(f"this Python lacks {', '.join(missing)}.", "make install   (the .venv from requirements.lock)")
 
 
-def check_credentials(region: str, report: Report, session: Any = None, *, permissions: bool = False) -> None:
+def check_credentials(
+    region: str, report: Report, session: Any = None, *, permissions: bool = False
+) -> tuple[Any, str] | None:
     """Credentials from the default chain (environment, profile, SSO, container, instance), proven by
     sts:GetCallerIdentity: expired SSO sessions and revoked keys show up here, not an hour into the deploy.
-    With ``permissions``, then every action of scripts/deploy/permissions.py, simulated for that identity."""
+    With ``permissions``, then every action of scripts/deploy/permissions.py, simulated for that identity.
+    Returns the session and the caller's ARN when the credentials work."""
     import boto3
     from botocore.config import Config
     from botocore.exceptions import BotoCoreError, ClientError
@@ -224,19 +237,20 @@ def check_credentials(region: str, report: Report, session: Any = None, *, permi
         credentials = session.get_credentials()
     except BotoCoreError as e:  # e.g. a profile that does not exist
         report.add(f"no AWS credentials: {e}", fix)
-        return
+        return None
     if credentials is None:
         report.add("no AWS credentials found (environment, profile, SSO, container or instance role).", fix)
-        return
+        return None
     config = Config(connect_timeout=5, read_timeout=10, retries={"max_attempts": 2, "mode": "standard"})
     try:
         identity = session.client("sts", config=config).get_caller_identity()
     except (BotoCoreError, ClientError) as e:
         report.add(f"the AWS credentials do not work: sts:GetCallerIdentity failed ({e}).", fix)
-        return
+        return None
     report.found.append(f"AWS account {identity['Account']} as {identity['Arn']}, region {region}")
     if permissions:
         check_deployer_permissions(session.client("iam", config=config), str(identity["Arn"]), report)
+    return session, str(identity["Arn"])
 
 
 def check_deployer_permissions(iam: Any, caller_arn: str, report: Report) -> None:
@@ -274,8 +288,32 @@ def preflight_deploy(repo: Path, env: Mapping[str, str], inputs: DeployInputs, s
     check_docker(env, report)
     check_git(repo, env, report)
     check_regions(repo, inputs, report)
-    check_credentials(inputs.region, report, session, permissions=True)
+    working = check_credentials(inputs.region, report, session, permissions=True)
+    if working is not None and not report.problems_in_inputs(inputs):
+        check_account_gaps(env, inputs, report, *working)
     return report
+
+
+def check_account_gaps(env: Mapping[str, str], inputs: DeployInputs, report: Report, session: Any, arn: str) -> None:
+    """What the account or region lacks for this deploy (scripts/deploy/account.py), before anything is created."""
+    from .account import AccountInputs, bidi_endpoint, check_account
+
+    account = AccountInputs(
+        region=inputs.region,
+        instance_type=inputs.instance_type,
+        min_instances=int(inputs.min_instances),
+        max_instances=int(inputs.max_instances),
+        bedrock_model_id=inputs.bedrock_model_id.strip(),
+        caller_arn=arn,
+        bidi_endpoint=bidi_endpoint(env, inputs.region),
+    )
+    before = len(report.problems)
+    check_account(session, account, report, report.warnings.append)
+    if len(report.problems) == before:
+        report.found.append(
+            f"account: quota for {inputs.instance_type}, {account.bedrock_model_id} Active and answering, "
+            f"AgentCore Runtime and bidirectional streaming in {inputs.region}, service-linked roles"
+        )
 
 
 def preflight_destroy(env: Mapping[str, str], region: str, session: Any = None) -> Report:

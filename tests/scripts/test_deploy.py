@@ -32,6 +32,7 @@ from kokoro_tts.weights.layout import TORCH, VOICE_BYTES, VOICE_NAMES, Manifest,
 from moto import mock_aws
 from moto.server import ThreadedMotoServer
 from smithy_core.exceptions import SmithyIdentityError
+from support.account_standin import FakeAccount, account_app, account_endpoints
 from support.agent_fixtures import FAST, agent_settings, make_model
 from support.agentcore_standin import HealthStandin, deployed_agent, running
 from support.sagemaker import Certs, ScriptedContainer, sagemaker, scripted
@@ -61,7 +62,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 ACCOUNT = "123456789012"  # moto's
 REGION = "us-east-1"
-MODEL_ID = "us.anthropic.claude-3-5-haiku-20241022-v1:0"
+MODEL_ID = "us.amazon.nova-2-lite-v1:0"
 TTS_REPO = f"{ACCOUNT}.dkr.ecr.{REGION}.amazonaws.com/kokoro-tts/tts"
 AGENT_REPO = f"{ACCOUNT}.dkr.ecr.{REGION}.amazonaws.com/kokoro-tts/agent"
 RUNTIME_ARN = f"arn:aws:bedrock-agentcore:{REGION}:{ACCOUNT}:runtime/kokoro_tts_agent-AbCdE12345"
@@ -338,6 +339,18 @@ def moto_server() -> Iterator[str]:
     server.stop()
 
 
+@pytest.fixture(scope="module")
+def account_url() -> Iterator[str]:
+    """What moto does not serve of the account the preflight reads (quotas, Bedrock): quota, Nova 2 Lite Active."""
+    with running(account_app(FakeAccount()), free_port()) as url:
+        yield url
+
+
+def account_env(url: str) -> dict[str, str]:
+    """The preflight's Service Quotas, Bedrock and bidirectional-streaming probe go to the stand-in."""
+    return {**account_endpoints(url), "SMOKE_ENDPOINT_URI": url}
+
+
 @pytest.fixture
 def moto_url(moto_server: str) -> str:
     """The moto server, emptied."""
@@ -413,7 +426,9 @@ def test_preflight_names_a_stopped_engine_missing_buildx_old_terraform_bad_crede
     assert "BEDROCK_MODEL_ID is not set" not in message
 
 
-def test_preflight_passes_and_says_what_it_found(tmp_path: Path, moto_url: str, torch_layout: Path) -> None:
+def test_preflight_passes_and_says_what_it_found(
+    tmp_path: Path, moto_url: str, account_url: str, torch_layout: Path
+) -> None:
     bin_dir = tool_dir(tmp_path, basics=False, fakes={"terraform": FAKE_TERRAFORM, "docker": FAKE_DOCKER})
     env = clean_env(
         tmp_path,
@@ -422,6 +437,7 @@ def test_preflight_passes_and_says_what_it_found(tmp_path: Path, moto_url: str, 
         WEIGHTS_DIR=str(torch_layout),
         FAKE_LOG=str(tmp_path / "tools.jsonl"),
         **credentials(moto_url),
+        **account_env(account_url),
     )
     result = run_preflight(env)
     assert result.returncode == 0, result.stderr
@@ -429,6 +445,7 @@ def test_preflight_passes_and_says_what_it_found(tmp_path: Path, moto_url: str, 
     assert "terraform 1.11.4" in result.stdout
     assert "docker engine 28.2.2" in result.stdout
     assert f"weights: {torch_layout} (with {TORCH})" in result.stdout
+    assert f"account: quota for ml.g5.xlarge, {MODEL_ID} Active and answering" in result.stdout
 
 
 def test_preflight_wants_a_builder_for_both_platforms(tmp_path: Path) -> None:
@@ -986,7 +1003,7 @@ def commands(log: Path, start: int = 0) -> list[str]:
 
 
 @pytest.fixture
-def deploy_env(tmp_path: Path, moto_url: str, torch_layout: Path) -> dict[str, str]:
+def deploy_env(tmp_path: Path, moto_url: str, account_url: str, torch_layout: Path) -> dict[str, str]:
     bin_dir = tool_dir(tmp_path, fakes={"terraform": FAKE_TERRAFORM, "docker": FAKE_DOCKER})
     return clean_env(
         tmp_path,
@@ -997,6 +1014,7 @@ def deploy_env(tmp_path: Path, moto_url: str, torch_layout: Path) -> dict[str, s
         TF_PLUGIN_DIR=str(plugin_dir(tmp_path)),
         WAIT_POLL_S="0.05",
         **credentials(moto_url),
+        **account_env(account_url),
     )
 
 
