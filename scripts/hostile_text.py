@@ -23,7 +23,7 @@ import sys
 import threading
 import time
 import unicodedata
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -218,10 +218,10 @@ class Bounds:
     rtf: float
     audio_base_s: float = 2.0
     audio_per_char_s: float = 1.0  # "9" * 100, read in full, is 0.7-0.9 s of audio per character
-    read_s: float = 8.0
+    read_s: float = 3.0
 
     @classmethod
-    def from_reference(cls, first_s: float, rtf: float, read_s: float = 8.0) -> Bounds:
+    def from_reference(cls, first_s: float, rtf: float, read_s: float = 3.0) -> Bounds:
         """Generous bounds from a normal sentence's first-audio time and real-time factor measured alone on this
         machine in the same run: the base is ten of its first audio (plus 2 s), each character may add 2 ms (a
         linear text step takes microseconds), the rest may take four times its real-time factor."""
@@ -497,9 +497,14 @@ def during(flights: Sequence[Flight], sent: float, latency_ms: float) -> list[st
 
 
 async def speak_all(
-    base_url: str, jobs: Sequence[tuple[str, Case]], bounds: Bounds, flights: list[Flight], concurrency: int = 1
+    base_url: str,
+    jobs: Sequence[tuple[str, Case]],
+    bounds: Bounds,
+    flights: list[Flight],
+    concurrency: int = 1,
+    progress: Callable[[Outcome], None] | None = None,
 ) -> list[Outcome]:
-    """Each (route, case) spoken and judged, ``concurrency`` at a time, in order."""
+    """Each (route, case) spoken and judged, ``concurrency`` at a time, in order; ``progress`` sees each outcome."""
     gate = asyncio.Semaphore(concurrency)
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=0)
 
@@ -510,9 +515,12 @@ async def speak_all(
                 flight = Flight(route, case, time.perf_counter())
                 flights.append(flight)
                 try:
-                    return await speak(base_url, route, case, bounds, client)
+                    outcome = await speak(base_url, route, case, bounds, client)
                 finally:
                     flight.end = time.perf_counter()
+                if progress is not None:
+                    progress(outcome)
+                return outcome
 
         return list(await asyncio.gather(*(one(route, case) for route, case in jobs)))
 

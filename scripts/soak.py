@@ -2,10 +2,15 @@
 
 Phases run one after another while /ping is probed every 50 ms: connect/close churn (HTTP/1.1 and WebSocket),
 sessions that queue work and vanish, bombs (compression offers, oversized messages, bodies that never end or are
-abandoned), and sessions that stay and must see every accepted utterance end. Afterwards the server's fds,
-threads, RSS and CPU must return to their baseline within seconds, and /ping's p99 must stay under 100 ms.
+abandoned), sessions that stay and must see every accepted utterance end, and (issue 28) stuck sockets: clients
+that flood a session with bad frames without reading, then reset the connection; the hard-token victim: "Hello
+there." timed beside a "1-2-" * 75 request against its time alone; and hostile text (scripts/hostile_text.py)
+through every text route. Afterwards the server's fds, threads, RSS and CPU must return to their baseline within
+seconds, /ping's p99 must stay under 100 ms (and its max under SageMaker's 250 ms during the hostile text), the
+sessions gauge must come back to its baseline after the stuck sockets with new sessions still accepted, and the
+victim must take at most 3 times its time alone.
 
-    python -m scripts.soak [--churn 3000] [--vanishing 20] [--staying 4] [--json out.json]
+    python -m scripts.soak [--churn 3000] [--vanishing 20] [--staying 4] [--stuck 8] [--hostile 120] [--json out.json]
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import argparse
 import asyncio
 import json
 import os
+import random
 import socket
 import sys
 import time
@@ -23,15 +29,26 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from kokoro_client.deepgram import SPEAK_PATH
 from kokoro_client.local_ws import ws_url
+from kokoro_client.protocol import WS_PATH
+from prometheus_client.parser import text_string_to_metric_families
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
+from scripts import hostile_text
+from scripts.hostile_text import ROUTES, Flight, speak_all
 from scripts.servers import free_port, serve_command, started, wait_ready
+from scripts.stuck_sockets import flood_and_vanish
 
 REPO = Path(__file__).resolve().parent.parent
 SENTENCE = "The quick brown fox jumps over the lazy dog, and then it runs away into the quiet forest."
 TICKS = os.sysconf("SC_CLK_TCK")
+HARD_TOKEN = "1-2-" * 75  # issue 28: 300 characters whose G2P held the one G2P lock for ~8 s
+VICTIM = "Hello there."
+VICTIM_RATIO_LIMIT = 3.0  # the issue's bound: the victim beside the hard token, over its time alone
+PING_LIMIT_MS = 250.0  # SageMaker's health check: an instance whose /ping misses it is replaced
+HOSTILE_SEED = 28
 
 
 @dataclass
@@ -71,7 +88,22 @@ class Report:
     utterances_sent: int = 0
     utterance_ends: dict[str, int] = field(default_factory=dict)
     utterances_lost: int = 0
+    # stuck sockets: each client's end ("send blocked", ...), the sessions gauge before and after, and whether a
+    # new session on each path was still spoken to
+    stuck_clients: list[dict[str, Any]] = field(default_factory=list)
+    stuck_sessions_in_use: dict[str, float] = field(default_factory=dict)
+    stuck_settled_s: float | None = None
+    stuck_new_sessions: dict[str, str] = field(default_factory=dict)
+    # the hard-token victim: seconds of "Hello there." alone (median of 3) and beside "1-2-" * 75
+    victim_alone_s: float = 0.0
+    victim_beside_s: float = 0.0
+    victim_ratio: float = 0.0
+    hard_token_answer: str = ""
+    # hostile text: counts, and the answers that failed (route, input shortened, why)
+    hostile: dict[str, Any] = field(default_factory=dict)
+    hostile_failures: list[str] = field(default_factory=list)
     phases_s: dict[str, float] = field(default_factory=dict)
+    phase_ping_max_ms: dict[str, float] = field(default_factory=dict)
 
 
 class Soak:
@@ -83,9 +115,10 @@ class Soak:
         self.pid = pid
         self.report = Report()
         self._pings: list[float] = []
+        self._ping_times: list[tuple[float, float]] = []  # (sent at, monotonic; latency in ms)
         self._peak = Usage.of(pid)
 
-    async def run(self, churn: int, vanishing: int, staying: int) -> Report:
+    async def run(self, churn: int, vanishing: int, staying: int, stuck: int = 8, hostile: int = 120) -> Report:
         # The baseline is taken after one round of each kind of work: the G2P caches and the allocator have grown
         # to their working size by then, and growth past it would be a leak.
         await self._staying(1)
@@ -100,6 +133,11 @@ class Soak:
             await self._phase("vanishing", self._vanishing(vanishing))
             await self._phase("bombs", self._bombs())
             await self._phase("staying", self._staying(staying))
+            if stuck:
+                await self._phase("stuck", self._stuck(stuck))
+            await self._phase("hard_token", self._hard_token())
+            if hostile:
+                await self._phase("hostile", self._hostile(hostile))
         finally:
             stop.set()
             await prober
@@ -116,7 +154,10 @@ class Soak:
     async def _phase(self, name: str, work: Any) -> None:
         started = time.monotonic()
         await work
-        self.report.phases_s[name] = round(time.monotonic() - started, 1)
+        ended = time.monotonic()
+        self.report.phases_s[name] = round(ended - started, 1)
+        latencies = [latency for sent, latency in self._ping_times if started <= sent <= ended]
+        self.report.phase_ping_max_ms[name] = round(max(latencies, default=0.0), 1)
 
     async def _probe(self, stop: asyncio.Event) -> None:
         async with httpx.AsyncClient(timeout=5) as client:
@@ -128,6 +169,7 @@ class Soak:
                     ok = False
                 if ok:
                     self._pings.append(1000 * (time.perf_counter() - started))
+                    self._ping_times.append((time.monotonic(), self._pings[-1]))
                 else:
                     self.report.ping_failures += 1
                 usage = Usage.of(self.pid)
@@ -230,6 +272,136 @@ class Soak:
         self.report.utterances_lost = totals.pop("lost", 0)
         self.report.utterance_ends = dict(totals)
 
+    async def _stuck(self, clients: int) -> None:
+        """Clients on both session paths flood bad frames without reading until their send blocks, then reset the
+        connection (issue 28: each left a session slot taken for good). The sessions gauge must come back to its
+        baseline, and a new session on each path must still be spoken to."""
+        before = self._sessions_in_use()
+        paths = [WS_PATH if index % 2 == 0 else f"{SPEAK_PATH}?encoding=linear16" for index in range(clients)]
+        ends = await asyncio.gather(
+            *(asyncio.to_thread(flood_and_vanish, self.host, self.port, path) for path in paths)
+        )
+        self.report.stuck_clients = [asdict(end) for end in ends]
+        started = time.monotonic()
+        after = self._sessions_in_use()
+        while after > before and time.monotonic() - started < 15:
+            await asyncio.sleep(0.25)
+            after = self._sessions_in_use()
+        if after <= before:
+            self.report.stuck_settled_s = round(time.monotonic() - started, 1)
+        self.report.stuck_sessions_in_use = {"before": before, "after": after}
+        self.report.stuck_new_sessions = {"bidi": await self._bidi_spoken(), "deepgram": await self._deepgram_spoken()}
+
+    def _sessions_in_use(self) -> float:
+        text = httpx.get(f"{self.base}/metrics", timeout=10).text
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.name == "kokoro_tts_in_use" and sample.labels.get("cap") == "sessions":
+                    return float(sample.value)
+        raise RuntimeError('/metrics has no kokoro_tts_in_use{cap="sessions"}')
+
+    async def _bidi_spoken(self) -> str:
+        """ "spoken" if a new session speaks "Hello.", else what it answered."""
+        try:
+            async with asyncio.timeout(60), connect(self.ws_url) as ws:
+                await ws.send(json.dumps({"text": "Hello.", "id": "after-stuck"}))
+                async for message in ws:
+                    if isinstance(message, str) and json.loads(message)["type"] in ("synthesis_complete", "error"):
+                        frame = json.loads(message)
+                        return "spoken" if frame["type"] == "synthesis_complete" else f"error {frame.get('code')}"
+        except ConnectionClosed as closed:
+            return f"closed {closed.rcvd.code if closed.rcvd else None}: {closed.rcvd.reason if closed.rcvd else ''}"
+        except TimeoutError:
+            return "no answer within 60 s"
+        return "closed without an answer"
+
+    async def _deepgram_spoken(self) -> str:
+        url = ws_url(self.base).replace(WS_PATH, SPEAK_PATH)
+        try:
+            async with asyncio.timeout(60), connect(url) as ws:
+                await ws.send(json.dumps({"type": "Speak", "text": "Hello."}))
+                await ws.send(json.dumps({"type": "Flush"}))
+                audio = 0
+                async for message in ws:
+                    if isinstance(message, bytes):
+                        audio += len(message)
+                    elif json.loads(message)["type"] == "Flushed":
+                        return "spoken" if audio else "Flushed without audio"
+        except ConnectionClosed as closed:
+            return f"closed {closed.rcvd.code if closed.rcvd else None}: {closed.rcvd.reason if closed.rcvd else ''}"
+        except TimeoutError:
+            return "no answer within 60 s"
+        return "closed without an answer"
+
+    async def _hard_token(self) -> None:
+        """ "Hello there." alone (median of three), then 0.3 s after a "1-2-" * 75 request started (issue 28: its
+        G2P held the one G2P lock for ~8 s, and every English request waited behind it)."""
+        await self._wait_idle()
+        alone = sorted([await self._victim() for _ in range(3)])[1]
+        await self._wait_idle()
+
+        async def hard() -> str:
+            body = {"input": HARD_TOKEN, "voice": "af_heart", "response_format": "pcm"}
+            async with httpx.AsyncClient(timeout=600) as client:
+                response = await client.post(f"{self.base}/v1/audio/speech", json=body)
+            if response.status_code == 200:
+                return f"200, {len(response.content) / 48000:.1f} s of audio"
+            return f"{response.status_code} {response.json().get('error', {}).get('code')}"
+
+        hard_task = asyncio.create_task(hard())
+        await asyncio.sleep(0.3)
+        beside = await self._victim()
+        self.report.hard_token_answer = await hard_task
+        self.report.victim_alone_s = round(alone, 3)
+        self.report.victim_beside_s = round(beside, 3)
+        self.report.victim_ratio = round(beside / alone, 2)
+        await self._wait_idle()
+
+    async def _victim(self) -> float:
+        """Seconds for the whole of "Hello there." on /v1/audio/speech, on a connection of its own."""
+        async with httpx.AsyncClient(timeout=600) as client:
+            started = time.perf_counter()
+            response = await client.post(
+                f"{self.base}/v1/audio/speech", json={"input": VICTIM, "voice": "af_heart", "response_format": "pcm"}
+            )
+            elapsed = time.perf_counter() - started
+        if response.status_code != 200:
+            raise RuntimeError(f"the victim was answered {response.status_code}: {response.text[:200]}")
+        return elapsed
+
+    async def _hostile(self, count: int) -> None:
+        """Hostile text through every route (scripts/hostile_text.py), one at a time: the issue's reproductions and
+        the adversarial strings on several routes each, digits of every script against "1" * 120, ``count`` seeded
+        random strings; then eight of the issue's loop stalls at once."""
+        await self._wait_idle()
+        bounds = await hostile_text.calibrate(self.base)
+        routes = list(ROUTES)
+        digits = hostile_text.digit_cases(random.Random(HOSTILE_SEED), scripts=len(hostile_text.unicode_digits()))
+        twins = [(route, hostile_text.ASCII_TWIN) for route in routes]
+        jobs = (
+            hostile_text.rotate(hostile_text.issue_cases(), routes, len(routes))
+            + hostile_text.rotate(hostile_text.fixed_cases(), routes, 3)
+            + twins
+            + hostile_text.rotate(digits, routes, 1)
+            + hostile_text.rotate(hostile_text.random_cases(HOSTILE_SEED, count), routes, 1)
+        )
+        flights: list[Flight] = []
+        outcomes = await speak_all(self.base, jobs, bounds, flights)
+        burst = hostile_text.Bounds(bounds.first_base_s * 8, bounds.first_per_char_s * 8, bounds.rtf * 8)
+        burst_jobs = hostile_text.rotate(hostile_text.burst_cases() * 4, routes, 1)
+        outcomes += await speak_all(self.base, burst_jobs, burst, flights, concurrency=8)
+        failures = [o.line() for o in outcomes if o.problem]
+        twins_refused = all(o.refused for o in outcomes if o.case == hostile_text.ASCII_TWIN)
+        digit_names = {case.name for case in digits}
+        failures += [
+            f"{o.line()}: spoken where {hostile_text.ASCII_TWIN.name} is refused"
+            for o in outcomes
+            if twins_refused and o.case.name in digit_names and not o.refused
+        ]
+        self.report.hostile = {**hostile_text.summary(outcomes), "seed": HOSTILE_SEED, "bounds": asdict(bounds)}
+        self.report.hostile_failures = failures
+        await self._wait_idle()
+
     # --- settling ----------------------------------------------------------------------------------------------
 
     async def _wait_idle(self, within: float = 120) -> None:
@@ -283,17 +455,33 @@ def check(report: Report) -> list[str]:
         problems.append(f"/ping p99 {report.ping_p99_ms} ms, {report.ping_failures} failures")
     if report.utterances_lost:
         problems.append(f"{report.utterances_lost} accepted utterances ended without a frame")
+    in_use = report.stuck_sessions_in_use
+    if in_use and in_use["after"] > in_use["before"]:
+        problems.append(f"stuck sockets left sessions in use: {in_use['before']:g} -> {in_use['after']:g}")
+    refused = {path: answer for path, answer in report.stuck_new_sessions.items() if answer != "spoken"}
+    if refused:
+        problems.append(f"new sessions after the stuck sockets: {refused}")
+    if report.victim_ratio > VICTIM_RATIO_LIMIT:
+        problems.append(
+            f"{VICTIM!r} took {report.victim_beside_s} s beside a hard token, {report.victim_ratio}x its "
+            f"{report.victim_alone_s} s alone (limit {VICTIM_RATIO_LIMIT:g}x)"
+        )
+    if report.hostile_failures:
+        shown = "; ".join(report.hostile_failures[:5])
+        problems.append(f"{len(report.hostile_failures)} hostile-text answers failed: {shown}")
+    if report.phase_ping_max_ms.get("hostile", 0.0) >= PING_LIMIT_MS:
+        problems.append(f"/ping max {report.phase_ping_max_ms['hostile']} ms during the hostile text")
     return problems
 
 
-def soak(churn: int, vanishing: int, staying: int, model_dir: Path) -> Report:
+def soak(churn: int, vanishing: int, staying: int, model_dir: Path, stuck: int = 8, hostile: int = 120) -> Report:
     port = free_port()
     env = {**os.environ, "PORT": str(port), "KOKORO_MODEL_DIR": str(model_dir)}
     env.pop("HOST", None)
     base_url = f"http://127.0.0.1:{port}"
     with started(serve_command(), env, stop_timeout_s=30) as process:
-        wait_ready(base_url, process)
-        return asyncio.run(Soak(base_url, process.pid).run(churn, vanishing, staying))
+        wait_ready(base_url, process, timeout_s=600)  # a loaded machine may take minutes to load and warm up
+        return asyncio.run(Soak(base_url, process.pid).run(churn, vanishing, staying, stuck, hostile))
 
 
 def main() -> None:
@@ -301,10 +489,12 @@ def main() -> None:
     parser.add_argument("--churn", type=int, default=3000, help="HTTP connect/close cycles (plus a tenth as WS)")
     parser.add_argument("--vanishing", type=int, default=20, help="sessions that queue 8 utterances and vanish")
     parser.add_argument("--staying", type=int, default=4, help="sessions that stay and count every utterance's end")
+    parser.add_argument("--stuck", type=int, default=8, help="clients that flood a session unread, then reset")
+    parser.add_argument("--hostile", type=int, default=120, help="seeded random hostile strings (0: no hostile phase)")
     parser.add_argument("--model-dir", type=Path, default=Path(os.environ.get("KOKORO_MODEL_DIR", "models/kokoro")))
     parser.add_argument("--json", type=Path, help="write the report here too")
     args = parser.parse_args()
-    report = soak(args.churn, args.vanishing, args.staying, args.model_dir)
+    report = soak(args.churn, args.vanishing, args.staying, args.model_dir, args.stuck, args.hostile)
     text = json.dumps(asdict(report), indent=2)
     print(text)
     if args.json:

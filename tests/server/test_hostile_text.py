@@ -40,6 +40,10 @@ PING_LIMIT_MS = 250.0  # SageMaker replaces an instance whose /ping misses this
 ROUTE_NAMES = list(ROUTES)
 
 
+def shown(outcome: Outcome) -> None:
+    print(outcome.line())  # with -s, the run as it goes: which input on which route, and how it was answered
+
+
 def failures(outcomes: list[Outcome]) -> list[str]:
     return [outcome.line() for outcome in outcomes if outcome.problem]
 
@@ -54,7 +58,7 @@ def slow_pings(probe: PingProbe, flights: list[Flight]) -> list[str]:
 async def run(server: RunningServer, jobs: list[tuple[str, Case]], bounds: Bounds, concurrency: int = 1) -> None:
     flights: list[Flight] = []
     with PingProbe(server.base_url) as probe:
-        outcomes = await speak_all(server.base_url, jobs, bounds, flights, concurrency)
+        outcomes = await speak_all(server.base_url, jobs, bounds, flights, concurrency, shown)
     problems = failures(outcomes) + slow_pings(probe, flights)
     assert not problems, f"{len(problems)} of {len(outcomes)} answers or pings failed (seed {SEED}):\n" + "\n".join(
         problems[:20]
@@ -71,21 +75,21 @@ async def bounds(server: RunningServer) -> Bounds:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(600)
+@pytest.mark.timeout(900)
 async def test_adversarial_strings_through_every_route(server: RunningServer, bounds: Bounds) -> None:
-    jobs = rotate(issue_cases(), ROUTE_NAMES, per_item=len(ROUTE_NAMES)) + rotate(fixed_cases(), ROUTE_NAMES, 2)
+    jobs = rotate(issue_cases(), ROUTE_NAMES, per_item=len(ROUTE_NAMES)) + rotate(fixed_cases(), ROUTE_NAMES, 1)
     await run(server, jobs, bounds)
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(600)
+@pytest.mark.timeout(900)
 async def test_seeded_random_strings_through_every_route(server: RunningServer, bounds: Bounds) -> None:
-    jobs = rotate(random_cases(SEED, 24, max_chars=300), ROUTE_NAMES, per_item=1)
+    jobs = rotate(random_cases(SEED, 18, max_chars=300), ROUTE_NAMES, per_item=1)
     await run(server, jobs, bounds)
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(600)
+@pytest.mark.timeout(900)
 async def test_digits_of_every_script_are_capped_like_ascii_digits(server: RunningServer, bounds: Bounds) -> None:
     """ "1" * 120 is refused (number_too_long): the same number in any other script's digits must be refused too,
     not read as 97 s of audio."""
@@ -93,7 +97,8 @@ async def test_digits_of_every_script_are_capped_like_ascii_digits(server: Runni
     scripts = digit_cases(random.Random(SEED), scripts=8)
     flights: list[Flight] = []
     with PingProbe(server.base_url) as probe:
-        outcomes = await speak_all(server.base_url, twins + rotate(scripts, ROUTE_NAMES, 1), bounds, flights)
+        jobs = twins + rotate(scripts, ROUTE_NAMES, 1)
+        outcomes = await speak_all(server.base_url, jobs, bounds, flights, progress=shown)
     assert all(o.refused for o in outcomes[: len(twins)]), failures(outcomes[: len(twins)])
     spoken = [f"{o.line()}: spoken where '1' x120 is refused" for o in outcomes[len(twins) :] if not o.refused]
     problems = failures(outcomes) + spoken + slow_pings(probe, flights)
@@ -101,7 +106,7 @@ async def test_digits_of_every_script_are_capped_like_ascii_digits(server: Runni
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(600)
+@pytest.mark.timeout(900)
 async def test_ping_holds_during_eight_concurrent_quadratic_looking_requests(
     server: RunningServer, bounds: Bounds
 ) -> None:
