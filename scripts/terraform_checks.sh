@@ -5,6 +5,9 @@
 #   test      terraform test in both roots (mock provider: plan and apply)
 #   checkov   static analysis, zero failed checks (skips are written beside their resources)
 #   moto      real apply + destroy of shared then deployment against a moto server on loopback
+#   iam       the whole deploy and destroy flow as a user holding only docs/deployer-policy.json, IAM enforced
+#             (terraform/tests/enforced_flow.py): every call allowed; each statement needed by some call (or
+#             listed as one moto cannot exercise); without a statement the shared root's apply fails
 #
 # Usage: scripts/terraform_checks.sh [STEP...]   (default: every step, in the order above)
 #        scripts/terraform_checks.sh --lock      re-pin requirements-checkov.lock
@@ -33,10 +36,10 @@ if [ "${1:-}" = "--lock" ]; then
 fi
 
 STEPS=("$@")
-[ ${#STEPS[@]} -gt 0 ] || STEPS=(fmt validate test checkov moto)
+[ ${#STEPS[@]} -gt 0 ] || STEPS=(fmt validate test checkov moto iam)
 for step in "${STEPS[@]}"; do
-  case $step in fmt | validate | test | checkov | moto) ;; *)
-    echo "unknown step: $step (fmt validate test checkov moto)" >&2
+  case $step in fmt | validate | test | checkov | moto | iam) ;; *)
+    echo "unknown step: $step (fmt validate test checkov moto iam)" >&2
     exit 2
     ;;
   esac
@@ -217,6 +220,28 @@ EOF
   echo "== destroy shared"
   moto_tf shared destroy -auto-approve -no-color -var force_destroy=true
   "${verify[@]}" shared-destroyed --endpoint "$url" --shared-outputs "$shared_out"
+}
+
+step_iam() {
+  local flow=("$VENV_PYTHON" "$REPO/$TF_ROOT/tests/enforced_flow.py") sid out
+  echo "== the flow with the committed policy"
+  "${flow[@]}" run --log "$WORK/decisions.jsonl"
+  echo "== which calls need each statement"
+  "${flow[@]}" needs --log "$WORK/decisions.jsonl"
+  # Removing a statement the shared root needs stops the flow there (the others fail later; the analysis above
+  # shows which of the recorded calls each one alone allows).
+  for sid in Ecr; do
+    echo "== the flow without $sid: must be refused"
+    if out=$("${flow[@]}" run --log "$WORK/without-$sid.jsonl" --without "$sid" 2>&1); then
+      echo "$out"
+      echo "the flow passed without statement $sid"
+      return 1
+    fi
+    echo "$out" | grep "^DENIED" || {
+      echo "$out"
+      return 1
+    }
+  done
 }
 
 FAILED=()

@@ -136,7 +136,9 @@ STATEMENTS: tuple[Statement, ...] = (
         ),
         ("arn:aws:s3:::{name}-weights-*", "arn:aws:s3:::{name}-weights-*/*"),
     ),
-    # The weight bucket's key: its ARN holds a random id, so the project's tag (default_tags) is the scope.
+    # The weight bucket's key: its ARN holds a random id, so the project's tag (default_tags) is the scope. No
+    # kms:PutKeyPolicy: CreateKey sets the policy and nothing in the flow changes it (terraform/tests/enforced_flow.py
+    # records every call), so a key tagged <name> by someone else still cannot be taken over.
     Statement(
         "WeightKey",
         (
@@ -147,18 +149,17 @@ STATEMENTS: tuple[Statement, ...] = (
             "kms:GetKeyPolicy",
             "kms:GetKeyRotationStatus",
             "kms:ListResourceTags",
-            "kms:PutKeyPolicy",
             "kms:ScheduleKeyDeletion",
             "kms:UntagResource",
         ),
         ("arn:aws:kms:*:*:key/*",),
         {"StringEquals": {f"aws:ResourceTag/{PROJECT_TAG}": "{name}"}},
     ),
-    # Tags set on the key (at CreateKey, or later) must carry the project's tag: no other key can be brought in.
+    # Tagging at CreateKey is authorized on "*" (the key does not exist yet): only with the project's tag.
     Statement(
         "TagWeightKey",
         ("kms:TagResource",),
-        ("arn:aws:kms:*:*:key/*",),
+        ("*",),
         {"StringEquals": {f"aws:RequestTag/{PROJECT_TAG}": "{name}"}},
     ),
     # terraform/deployment: the execution roles and their inline policies.
@@ -228,14 +229,21 @@ STATEMENTS: tuple[Statement, ...] = (
         (
             "application-autoscaling:DeleteScalingPolicy",
             "application-autoscaling:DeregisterScalableTarget",
-            "application-autoscaling:ListTagsForResource",
             "application-autoscaling:PutScalingPolicy",
             "application-autoscaling:RegisterScalableTarget",
-            "application-autoscaling:TagResource",
-            "application-autoscaling:UntagResource",
         ),
         ("*",),
         {"StringEquals": {"application-autoscaling:service-namespace": "sagemaker"}},
+    ),
+    # The tagging calls carry no namespace; scalable targets are the only resource type they accept.
+    Statement(
+        "AutoscalingTags",
+        (
+            "application-autoscaling:ListTagsForResource",
+            "application-autoscaling:TagResource",
+            "application-autoscaling:UntagResource",
+        ),
+        ("arn:aws:application-autoscaling:*:*:scalable-target/*",),
     ),
     # The alarms target tracking creates, named after the variant's resource id.
     Statement(

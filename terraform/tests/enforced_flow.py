@@ -1,0 +1,488 @@
+"""The deploy and destroy flow as a user holding only docs/deployer-policy.json, against moto with IAM enforced.
+
+    enforced_flow.py run   --log F [--without SID ...]   bootstrap, then deploy → bench's calls → destroy
+    enforced_flow.py needs --log F                        which call of a run each statement is the only one to allow
+
+moto runs in this process (iam_authorizer.py replaces its check with one that reads resources and conditions).
+INITIAL_NO_AUTH_ACTION_COUNT lets the first requests through unsigned-for: they create the deployer (the policy
+as an inline user policy) and an administrator that only lifts what moto cannot evaluate (the bucket policy's
+TLS condition) and reads what a check needs. Everything else runs as the deployer:
+
+  preflight      scripts/deploy/preflight.py's AWS checks (credentials, the permission simulation)
+  shared         terraform apply of terraform/shared
+  weights        scripts/weights push to the bucket (SSE-KMS: the upload implies kms:GenerateDataKey)
+  images         ecr:GetAuthorizationToken, a pushed manifest per repository, the image-digest lookup
+  deployment     terraform apply of terraform/deployment (CreateModel implies iam:PassRole; the stack implies
+                 CreateAgentRuntime, the role's PassRole and the runtime identity's service-linked role)
+  wait           scripts/deploy/endpoint.py's wait for InService
+  scaling        the autoscaling Terraform registers (moto cannot tag scalable targets, so it is off there and
+                 registered here), then scripts/deploy/scaling.py's release before an instance-type change
+  invoke         InvokeEndpoint (the health check) over the wire; the calls that go to local stand-ins
+                 elsewhere (bidirectional stream, response stream, InvokeAgentRuntime, StopRuntimeSession) are
+                 evaluated against the same policy
+  destroy        terraform destroy of terraform/deployment, then terraform/shared (force_destroy applied first)
+
+A refused call stops the run: exit 1 with "DENIED <step>: <principal> may not <action> on <resource>".
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+sys.path[:0] = [str(REPO), str(HERE)]
+
+# The bootstrap's requests: two users, their inline policies, their access keys.
+BOOTSTRAP_CALLS = 6
+os.environ["INITIAL_NO_AUTH_ACTION_COUNT"] = str(BOOTSTRAP_CALLS)
+
+from iam_authorizer import AccessDenied, Authorizer, Call, Decision, evaluate, load_decisions  # noqa: E402
+
+REGION = "us-east-1"
+TERRAFORM_TIMEOUT_S = 300
+NAME = "kokoro-tts"
+POLICY = REPO / "docs" / "deployer-policy.json"
+ROOTS = ("shared", "deployment")
+SERVICES = (
+    "applicationautoscaling",
+    "cloudformation",
+    "cloudwatch",
+    "ecr",
+    "iam",
+    "kms",
+    "logs",
+    "s3",
+    "sagemaker",
+    "sts",
+)
+# Statements no call of this flow needs in moto, and why (docs/deploy.md, Permissions, lists them too).
+NOT_EXERCISED = {
+    "EcrKeyGrants": "ECR's grants on the repositories' KMS key: moto's ECR creates no grant",
+    "ScalingAlarms": "the target-tracking alarms: moto's Application Auto Scaling creates none",
+    "AutoscalingTags": "tags on the scalable target: moto cannot tag Application Auto Scaling targets",
+}
+
+
+class Denied(Exception):
+    pass
+
+
+def log(message: str) -> None:
+    print(message, flush=True)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# moto and the two identities
+
+
+@contextmanager
+def moto_server(authorizer: Authorizer) -> Iterator[str]:
+    import logging
+
+    from moto.server import ThreadedMotoServer
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one line per request otherwise
+    authorizer.install()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    try:
+        yield f"http://{host}:{port}"
+    finally:
+        server.stop()
+
+
+def client(url: str, service: str, keys: Mapping[str, str]) -> Any:
+    import boto3
+
+    factory: Any = boto3.client
+    return factory(
+        service,
+        endpoint_url=url,
+        region_name=REGION,
+        aws_access_key_id=keys["AWS_ACCESS_KEY_ID"],
+        aws_secret_access_key=keys["AWS_SECRET_ACCESS_KEY"],
+    )
+
+
+def bootstrap(url: str, policy: Mapping[str, Any]) -> tuple[dict[str, str], dict[str, str]]:
+    """The deployer (only ``policy``) and an administrator; exactly BOOTSTRAP_CALLS requests, unauthenticated."""
+    anyone = {"AWS_ACCESS_KEY_ID": "bootstrap", "AWS_SECRET_ACCESS_KEY": "bootstrap"}
+    iam = client(url, "iam", anyone)
+    users: dict[str, dict[str, str]] = {}
+    everything = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]}
+    for user, document in (("kokoro-deployer", policy), ("moto-admin", everything)):
+        iam.create_user(UserName=user)
+        iam.put_user_policy(UserName=user, PolicyName="policy", PolicyDocument=json.dumps(document))
+        key = iam.create_access_key(UserName=user)["AccessKey"]
+        users[user] = {"AWS_ACCESS_KEY_ID": key["AccessKeyId"], "AWS_SECRET_ACCESS_KEY": key["SecretAccessKey"]}
+    return users["kokoro-deployer"], users["moto-admin"]
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Terraform against moto
+
+
+def plugin_args(env: dict[str, str]) -> list[str]:
+    found = subprocess.run([str(REPO / "scripts" / "find_tf_plugin_dir.sh")], capture_output=True, text=True)
+    if found.returncode == 0 and found.stdout.strip():
+        return [f"-plugin-dir={found.stdout.strip()}"]
+    env.setdefault("TF_PLUGIN_CACHE_DIR", str(REPO / "terraform" / ".cache" / "plugins"))
+    Path(env["TF_PLUGIN_CACHE_DIR"]).mkdir(parents=True, exist_ok=True)
+    return []
+
+
+def terraform_copy(work: Path, url: str) -> None:
+    """Both roots and the modules as users run them, plus an override pointing the provider at moto."""
+    shutil.copytree(REPO / "terraform" / "modules", work / "modules")
+    endpoints = "\n".join(f'    {s} = "{url}"' for s in SERVICES)
+    override = (
+        'provider "aws" {\n  skip_credentials_validation = true\n  skip_requesting_account_id = true\n'
+        "  skip_metadata_api_check = true\n"
+        f"  s3_use_path_style = true\n  max_retries = 1\n  endpoints {{\n{endpoints}\n  }}\n}}\n"
+    )
+    for root in ROOTS:
+        (work / root).mkdir()
+        for source in (REPO / "terraform" / root).glob("*.tf"):
+            shutil.copy(source, work / root)
+        shutil.copy(REPO / "terraform" / root / ".terraform.lock.hcl", work / root)
+        (work / root / "moto_override.tf").write_text(override)
+    # moto rejects ml.g5/ml.g6 instance types, cannot tag Application Auto Scaling targets and cannot resolve
+    # Fn::GetAtt on AWS::BedrockAgentCore::Runtime (terraform/README.md, Testing).
+    (work / "deployment" / "moto.auto.tfvars").write_text(
+        'bedrock_model_id = "us.amazon.nova-2-lite-v1:0"\ninstance_type = "ml.m5.large"\n'
+        "enable_autoscaling = false\nenable_runtime_outputs = false\n"
+    )
+
+
+class Terraform:
+    def __init__(self, work: Path, keys: Mapping[str, str], authorizer: Authorizer) -> None:
+        self.work, self.authorizer = work, authorizer
+        self.env = {
+            **{k: v for k, v in os.environ.items() if not k.startswith("AWS_")},
+            **keys,
+            "AWS_REGION": REGION,
+            "AWS_DEFAULT_REGION": REGION,
+            "AWS_EC2_METADATA_DISABLED": "true",
+            "AWS_CONFIG_FILE": "/dev/null",
+            "AWS_SHARED_CREDENTIALS_FILE": "/dev/null",
+            "TF_IN_AUTOMATION": "1",
+            "TF_INPUT": "0",
+            "CHECKPOINT_DISABLE": "1",
+        }
+        self.init_args = plugin_args(self.env)
+
+    def __call__(self, root: str, *args: str) -> str:
+        """Run terraform; a call the authorizer refuses stops it at once (the provider would retry for minutes)."""
+        env = {**self.env, "TF_DATA_DIR": str(self.work / "data" / root)}
+        command = ["terraform", f"-chdir={self.work / root}", *args, "-no-color"]
+        refused_before = self.refused()
+        with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+            # Its own process group: a refusal kills terraform and its provider plugin together.
+            process = subprocess.Popen(command, env=env, stdout=out, stderr=err, text=True, start_new_session=True)
+            deadline = time.monotonic() + TERRAFORM_TIMEOUT_S
+            while process.poll() is None:
+                if self.refused() > refused_before or time.monotonic() > deadline:
+                    time.sleep(1)  # let the provider print its error first
+                    os.killpg(process.pid, signal.SIGKILL)
+                    process.wait()
+                    break
+                time.sleep(0.2)
+            out.seek(0)
+            err.seek(0)
+            text, errors = out.read(), err.read()
+        if process.returncode != 0:
+            raise RuntimeError(f"terraform {root} {args[0]} failed (exit {process.returncode}):\n{errors[-3000:]}")
+        return text
+
+    def refused(self) -> int:
+        return sum(1 for d in self.authorizer.decisions if d.allowed_by is None)
+
+    def init(self, root: str) -> None:
+        self(root, "init", "-input=false", *self.init_args)
+
+    def outputs(self, root: str) -> dict[str, Any]:
+        return {k: v["value"] for k, v in json.loads(self(root, "output", "-json")).items()}
+
+
+# --------------------------------------------------------------------------------------------------------------
+# The steps
+
+
+def weight_layout(dest: Path) -> Path:
+    """A small layout the push accepts (Kokoro's config, voice packs of the right size, zeros)."""
+    from kokoro_tts.weights.layout import TORCH, VOICE_BYTES, VOICE_NAMES, Manifest, hash_file
+
+    from scripts.weights.sources import packaged_config
+
+    (dest / "voices").mkdir(parents=True)
+    shutil.copy(packaged_config(), dest / "config.json")
+    (dest / "kokoro.onnx").write_bytes(b"not really an onnx model")
+    (dest / TORCH).write_bytes(b"not really torch weights")
+    for voice in VOICE_NAMES:
+        (dest / "voices" / f"{voice}.bin").write_bytes(bytes(VOICE_BYTES))
+    files = {p.relative_to(dest).as_posix(): hash_file(p) for p in dest.rglob("*") if p.is_file()}
+    (dest / "manifest.json").write_bytes(Manifest(source="test", files=files).to_json())
+    return dest
+
+
+def push_manifest(ecr: Any, repository: str, tag: str) -> None:
+    config = json.dumps({"tag": tag, "repository": repository}).encode()
+    manifest = json.dumps(
+        {
+            "schemaVersion": 2,
+            "mediaType": "application/vnd.docker.distribution.manifest.v2+json",
+            "config": {
+                "mediaType": "application/vnd.docker.container.image.v1+json",
+                "size": len(config),
+                "digest": "sha256:" + hashlib.sha256(config).hexdigest(),
+            },
+            "layers": [],
+        }
+    )
+    digest = "sha256:" + hashlib.sha256(manifest.encode()).hexdigest()
+    ecr.put_image(repositoryName=repository, imageManifest=manifest, imageTag=tag, imageDigest=digest)
+
+
+@contextmanager
+def bucket_policy_lifted(s3_admin: Any, bucket: str) -> Iterator[None]:
+    """moto evaluates the bucket policy's aws:SecureTransport condition as false on every object request (it reads
+    no conditions), so the administrator takes the policy off for the upload and puts the same document back."""
+    policy = s3_admin.get_bucket_policy(Bucket=bucket)["Policy"]
+    s3_admin.delete_bucket_policy(Bucket=bucket)
+    try:
+        yield
+    finally:
+        s3_admin.put_bucket_policy(Bucket=bucket, Policy=policy)
+
+
+def run_flow(url: str, deployer: dict[str, str], admin: dict[str, str], authorizer: Authorizer, work: Path) -> None:
+    import boto3
+
+    from scripts.deploy.ecr import Repository, image_digest
+    from scripts.deploy.endpoint import wait_in_service
+    from scripts.deploy.permissions import runtime_name
+    from scripts.deploy.preflight import Report, check_credentials
+    from scripts.deploy.scaling import release_for_instance_type
+    from scripts.deploy.tfvars import DeploymentSettings, deployment_variables
+    from scripts.weights.s3sync import push
+
+    as_deployer: Callable[[str], Any] = lambda service: client(url, service, deployer)  # noqa: E731
+    step = "preflight"
+
+    def begin(name: str) -> None:
+        nonlocal step
+        step = name
+        log(f"== {name}")
+
+    try:
+        begin("preflight")
+        os.environ["AWS_ENDPOINT_URL"] = url  # the preflight builds its own session from the environment
+        session = boto3.Session(
+            aws_access_key_id=deployer["AWS_ACCESS_KEY_ID"],
+            aws_secret_access_key=deployer["AWS_SECRET_ACCESS_KEY"],
+            region_name=REGION,
+        )
+        report = Report()
+        check_credentials(REGION, report, session, permissions=True)
+        if report.problems:
+            raise Denied("; ".join(p.what for p in report.problems))
+        for line in report.found + report.warnings:
+            log(f"  {line}")
+
+        terraform_copy(work, url)
+        tf = Terraform(work, deployer, authorizer)
+        begin("shared")
+        tf.init("shared")
+        tf("shared", "apply", "-auto-approve", "-input=false")
+        shared = tf.outputs("shared")
+
+        begin("weights")
+        bucket = str(shared["weights_bucket_name"])
+        with bucket_policy_lifted(client(url, "s3", admin), bucket):
+            result = push(weight_layout(work / "weights"), str(shared["weights_s3_uri"]), as_deployer("s3"), quiet=True)
+        log(f"  {result}")
+
+        begin("images")
+        ecr = as_deployer("ecr")
+        ecr.get_authorization_token()  # what ecr-login hands docker
+        images = {}
+        for key in ("tts_repository_url", "agent_repository_url"):
+            repository = Repository.parse(str(shared[key]))
+            push_manifest(ecr, repository.name, "v1")
+            digest = image_digest(ecr, repository, "v1")
+            assert digest, f"{repository.name}:v1 was pushed but has no digest"
+            images[key] = repository.image_uri(digest)
+
+        begin("deployment")
+        settings = DeploymentSettings(
+            bedrock_model_id="us.amazon.nova-2-lite-v1:0",
+            instance_type="ml.g5.xlarge",
+            min_instances=1,
+            max_instances=2,
+        )
+        variables = deployment_variables(shared, images["tts_repository_url"], images["agent_repository_url"], settings)
+        for forced in ("bedrock_model_id", "instance_type", "enable_autoscaling", "enable_runtime_outputs"):
+            variables.pop(forced, None)  # moto.auto.tfvars decides these
+        (work / "deployment" / "deploy.tfvars.json").write_text(json.dumps(variables))
+        tf.init("deployment")
+        tf("deployment", "apply", "-auto-approve", "-input=false", "-var-file=deploy.tfvars.json")
+        outputs = tf.outputs("deployment")
+        endpoint, endpoint_arn = str(outputs["endpoint_name"]), str(outputs["endpoint_arn"])
+
+        begin("wait")
+        ready = wait_in_service(as_deployer("sagemaker"), endpoint, timeout_s=60, poll_s=0.1, log=log)
+        log(f"  {ready.endpoint_name} is InService")
+
+        begin("scaling")
+        scaling = as_deployer("application-autoscaling")
+        target = {
+            "ServiceNamespace": "sagemaker",
+            "ResourceId": f"endpoint/{endpoint}/variant/AllTraffic",
+            "ScalableDimension": "sagemaker:variant:DesiredInstanceCount",
+        }
+        scaling.register_scalable_target(**target, MinCapacity=1, MaxCapacity=2)
+        scaling.put_scaling_policy(
+            PolicyName=f"{NAME}-concurrent-requests",
+            PolicyType="TargetTrackingScaling",
+            TargetTrackingScalingPolicyConfiguration={
+                "TargetValue": 16.0,
+                "PredefinedMetricSpecification": {
+                    "PredefinedMetricType": "SageMakerVariantConcurrentRequestsPerModelHighResolution"
+                },
+            },
+            **target,
+        )
+        release_for_instance_type(as_deployer("sagemaker"), scaling, endpoint, "ml.m5.xlarge", log=log)
+
+        begin("invoke")
+        as_deployer("sagemaker-runtime").invoke_endpoint(
+            EndpointName=endpoint, Body=b"{}", ContentType="application/json", CustomAttributes="health"
+        )
+        documents = [_user_policy(url, admin)]
+        account = endpoint_arn.split(":")[4]
+        runtime = f"arn:aws:bedrock-agentcore:{REGION}:{account}:runtime/{runtime_name(NAME)}-AbCdE12345"
+        standin_calls = [
+            Call("sagemaker:InvokeEndpointWithBidirectionalStream", endpoint_arn, {}, "smoke (stand-in)"),
+            Call("sagemaker:InvokeEndpointWithResponseStream", endpoint_arn, {}, "bench batch (stand-in)"),
+            Call("bedrock-agentcore:InvokeAgentRuntime", runtime, {}, "smoke-runtime, bench (stand-in)"),
+            Call("bedrock-agentcore:StopRuntimeSession", runtime, {}, "bench (stand-in)"),
+        ]
+        authorizer.check(deployer_arn(account), documents, standin_calls)
+
+        begin("destroy")
+        tf("deployment", "destroy", "-auto-approve", "-input=false", "-var-file=deploy.tfvars.json")
+        tf("shared", "apply", "-auto-approve", "-input=false", "-var", "force_destroy=true")
+        tf("shared", "destroy", "-auto-approve", "-input=false", "-var", "force_destroy=true")
+        left = [r["repositoryName"] for r in client(url, "ecr", admin).describe_repositories()["repositories"]]
+        if left:
+            raise RuntimeError(f"repositories left after the destroy: {left}")
+    except AccessDenied as e:
+        raise Denied(f"{step}: {e}") from None
+    except Exception:
+        refused = next((d for d in authorizer.decisions if d.allowed_by is None), None)
+        if refused is not None:
+            via = f" (implied by {refused.implied_by})" if refused.implied_by else ""
+            raise Denied(f"{step}: {refused.principal} may not {refused.action} on {refused.resource}{via}") from None
+        raise
+
+
+def deployer_arn(account: str) -> str:
+    return f"arn:aws:iam::{account}:user/kokoro-deployer"
+
+
+def _user_policy(url: str, admin: Mapping[str, str]) -> dict[str, Any]:
+    answer = client(url, "iam", admin).get_user_policy(UserName="kokoro-deployer", PolicyName="policy")
+    document = answer["PolicyDocument"]
+    return json.loads(document) if isinstance(document, str) else dict(document)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# The commands
+
+
+def without(policy: dict[str, Any], sids: list[str]) -> dict[str, Any]:
+    unknown = set(sids) - {s.get("Sid") for s in policy["Statement"]}
+    if unknown:
+        raise SystemExit(f"no statement {', '.join(sorted(unknown))} in {POLICY.relative_to(REPO)}")
+    return {**policy, "Statement": [s for s in policy["Statement"] if s.get("Sid") not in sids]}
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    policy = without(json.loads(POLICY.read_text()), args.without)
+    if args.without:
+        log(f"policy without {', '.join(args.without)}")
+    log_path = Path(args.log)
+    log_path.unlink(missing_ok=True)
+    authorizer = Authorizer(log_path)
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="enforced-flow-") as tmp, moto_server(authorizer) as url:
+        log("== bootstrap")
+        deployer, admin = bootstrap(url, policy)
+        try:
+            run_flow(url, deployer, admin, authorizer, Path(tmp))
+        except Denied as e:
+            log(f"DENIED {e}")
+            return 1
+    calls = [d for d in authorizer.decisions if d.principal.endswith("user/kokoro-deployer")]
+    log(f"PASS: {len(calls)} calls as the deployer, every one allowed ({time.monotonic() - started:.0f} s)")
+    return 0
+
+
+def needs(decisions: list[Decision], policy: dict[str, Any]) -> dict[str, list[Decision]]:
+    """For each statement, the deployer's calls that nothing else in the policy allows."""
+    mine = [d for d in decisions if d.principal.endswith("user/kokoro-deployer") and d.allowed_by]
+    result: dict[str, list[Decision]] = {}
+    for statement in policy["Statement"]:
+        rest = without(policy, [statement["Sid"]])
+        result[statement["Sid"]] = [d for d in mine if evaluate([rest], Call(d.action, d.resource, d.context)) is None]
+    return result
+
+
+def cmd_needs(args: argparse.Namespace) -> int:
+    policy = json.loads(POLICY.read_text())
+    failed = False
+    for sid, calls in needs(load_decisions(Path(args.log)), policy).items():
+        if calls:
+            first = calls[0]
+            via = f" (implied by {first.implied_by})" if first.implied_by else ""
+            log(f"  {sid}: {len(calls)} calls need it, e.g. {first.action} on {first.resource}{via}")
+        elif sid in NOT_EXERCISED:
+            log(f"  {sid}: not exercised in moto: {NOT_EXERCISED[sid]}")
+        else:
+            log(f"  {sid}: NO call of the flow needs it")
+            failed = True
+    return 1 if failed else 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run")
+    run.add_argument("--log", required=True, help="JSON lines: every authorization decision")
+    run.add_argument("--without", action="append", default=[], metavar="SID", help="drop this statement first")
+    run.set_defaults(func=cmd_run)
+    need = sub.add_parser("needs")
+    need.add_argument("--log", required=True)
+    need.set_defaults(func=cmd_needs)
+    args = parser.parse_args()
+    code: int = args.func(args)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
