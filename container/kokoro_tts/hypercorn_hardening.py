@@ -1,4 +1,4 @@
-"""Four fixes to Hypercorn 0.18 that its configuration cannot express; ``apply()`` installs them (idempotent).
+"""Five fixes to Hypercorn 0.18 that its configuration cannot express; ``apply()`` installs them (idempotent).
 
 1. A connection its client has closed keeps its socket until ``keep_alive_timeout`` (75 s here): the idle timer
    lives in the connection's task group, which waits for it before closing the socket. Connect/close churn then
@@ -17,6 +17,11 @@
    send, Hypercorn put the disconnect into that same full queue from the app's own task, waiting for room only
    the app could make. Here the departure never waits for room: it goes in at once, and what the client sent
    after it is dropped (no one is left to answer).
+5. A client that stays connected but reads nothing held its connection (and its session slot) for as long as TCP
+   kept it open: every send waits for room in the socket. A send that finds no room for ``SEND_TIMEOUT_S``
+   aborts the connection (a reset), and the app hears that its client is gone. A client that plays what it reads
+   makes room far sooner: the send waits for 48 KiB to leave (asyncio's write buffer, from its high mark to its
+   low), one second of 24 kHz PCM.
 """
 
 from __future__ import annotations
@@ -29,11 +34,13 @@ import hypercorn.asyncio.run
 import hypercorn.asyncio.task_group
 import hypercorn.protocol.ws_stream
 from hypercorn.asyncio.tcp_server import TCPServer
+from hypercorn.events import Closed, Event, RawData
 from hypercorn.protocol.ws_stream import WebsocketBuffer
 from wsproto.events import Message
 from wsproto.extensions import PerMessageDeflate
 
 OVERSIZE_KEY = "kokoro.oversize_bytes"
+SEND_TIMEOUT_S = 60.0  # longest wait for a client to make room for the next bytes (read at each send)
 _DEPARTURES = ("websocket.disconnect", "http.disconnect")
 
 
@@ -41,6 +48,17 @@ class _TCPServer(TCPServer):
     async def _read_data(self) -> None:
         await super()._read_data()
         await self.idle_task.stop()  # the client is gone: close now, not after keep_alive_timeout
+
+    async def protocol_send(self, event: Event) -> None:
+        if not isinstance(event, RawData):
+            await super().protocol_send(event)
+            return
+        try:
+            async with asyncio.timeout(SEND_TIMEOUT_S):
+                await super().protocol_send(event)
+        except TimeoutError:
+            self.writer.transport.abort()  # the client reads nothing: reset, and tell the app it is gone
+            await self.protocol.handle(Closed())
 
 
 class _DeclinedDeflate(PerMessageDeflate):

@@ -19,6 +19,7 @@ from collections.abc import Iterator
 
 import pytest
 from conftest import RunningServer
+from kokoro_tts import hypercorn_hardening
 from support.ws_client import Transcript, receive_until
 from websockets.asyncio.client import connect
 
@@ -46,9 +47,10 @@ def _masked_text_frame(payload: bytes) -> bytes:
     return head + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
 
 
-def _open_websocket(port: int, path: str) -> socket.socket:
+def _open_websocket(port: int, path: str, small_buffer: bool = True) -> socket.socket:
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # fill the server's send side sooner
+    if small_buffer:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # fill the server's send side sooner
     sock.settimeout(10)
     sock.connect(("127.0.0.1", port))
     key = base64.b64encode(os.urandom(16)).decode()
@@ -125,3 +127,74 @@ async def test_clients_that_flood_and_vanish_free_their_session_slots(
     async with connect(f"ws://127.0.0.1:{server.port}/v1/speak", open_timeout=10) as ws:
         metadata = json.loads(await asyncio.wait_for(ws.recv(), 10))
         assert metadata["type"] == "Metadata"
+
+
+SHORT_SEND_TIMEOUT_S = 3.0
+
+
+@pytest.fixture
+def short_send_timeout(monkeypatch: pytest.MonkeyPatch) -> float:
+    monkeypatch.setattr(hypercorn_hardening, "SEND_TIMEOUT_S", SHORT_SEND_TIMEOUT_S)
+    return SHORT_SEND_TIMEOUT_S
+
+
+def flood_and_stay(port: int, path: str) -> socket.socket:
+    """As ``flood_and_vanish``, but the client stays connected, reading nothing."""
+    sock = _open_websocket(port, path)
+    frame = _masked_text_frame(BAD_FRAMES[path])
+    sock.settimeout(SEND_STALL_S)
+    deadline = time.monotonic() + FLOOD_WITHIN_S
+    try:
+        while time.monotonic() < deadline:
+            sock.sendall(frame)
+    except TimeoutError:
+        return sock
+    except OSError:  # the server may already have reset it
+        return sock
+    raise AssertionError("the server kept reading from a client that reads nothing")
+
+
+@pytest.mark.parametrize("path", list(BAD_FRAMES))
+async def test_a_client_that_reads_nothing_is_dropped_after_the_send_timeout(
+    server: RunningServer, eight_session_slots: int, short_send_timeout: float, path: str
+) -> None:
+    sock = await asyncio.to_thread(flood_and_stay, server.port, path)
+    try:
+        assert await _sessions_back_to(server, eight_session_slots, within=short_send_timeout + 10)
+    finally:
+        sock.close()
+
+
+def read_audio_at_playback_pace(port: int, text: str) -> tuple[int, str]:
+    """A session client that reads as a player would (one second of 24 kHz PCM a second, in quarter seconds);
+    returns the bytes read and how it ended ("complete" when synthesis_complete came)."""
+    sock = _open_websocket(port, "/invocations-bidirectional-stream", small_buffer=False)
+    sock.sendall(_masked_text_frame(json.dumps({"text": text}).encode()))
+    received, deadline = bytearray(), time.monotonic() + 180
+    sock.settimeout(60)
+    ended = "deadline"
+    try:
+        while time.monotonic() < deadline:
+            chunk = sock.recv(12_000)
+            if not chunk:
+                ended = "closed"
+                break
+            received += chunk
+            if b'"synthesis_complete"' in received[-4096:]:
+                ended = "complete"
+                break
+            time.sleep(0.25)
+    except OSError as error:
+        ended = repr(error)
+    finally:
+        sock.close()
+    return len(received), ended
+
+
+async def test_a_client_reading_audio_at_playback_pace_gets_all_of_it(
+    server: RunningServer, short_send_timeout: float
+) -> None:
+    text = " ".join(["This sentence is spoken to a client that reads its audio no faster than it plays."] * 4)
+    size, ended = await asyncio.to_thread(read_audio_at_playback_pace, server.port, text)
+    assert ended == "complete", f"the session ended ({ended}) after {size} bytes"
+    assert size > 4 * 24_000 * 2  # seconds of audio, sent over far longer than the send timeout
