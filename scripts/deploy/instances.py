@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import re
+from functools import cache
+from pathlib import Path
+
 # The GPU values of inference_ami_version the AWS provider 5.100 accepts (terraform/modules/sagemaker_endpoint):
 # SageMaker also lists al2023-ami-sagemaker-inference-gpu-4-1, which that provider rejects at validate.
 GPU_AMI_VERSIONS = (
@@ -9,6 +13,27 @@ GPU_AMI_VERSIONS = (
     "al2-ami-sagemaker-inference-gpu-2-1",
     "al2-ami-sagemaker-inference-gpu-3-1",
 )
+
+
+# Graviton families (c7g, m6gd, c6gn, r8g, ...): arm64 hosts, which the linux/amd64 TTS image cannot run on.
+GRAVITON = re.compile(r"^ml\.[a-z]+[0-9]+g[a-z]*\.")
+
+
+@cache
+def provider_instance_types() -> frozenset[str]:
+    listed = Path(__file__).with_name("provider_instance_types.txt").read_text().splitlines()
+    return frozenset(line.strip() for line in listed if line.strip() and not line.startswith("#"))
+
+
+def instance_type_problem(instance_type: str) -> str | None:
+    """Why the deployment cannot run on ``instance_type``, in make's variable name; None when it can."""
+    if not instance_type.startswith("ml."):
+        return f"INSTANCE_TYPE={instance_type!r} is not a SageMaker instance type (ml.…)"
+    if GRAVITON.match(instance_type):
+        return f"INSTANCE_TYPE={instance_type} is a Graviton (arm64) type: the TTS image is built for linux/amd64"
+    if instance_type not in provider_instance_types():
+        return f"INSTANCE_TYPE={instance_type} is not an endpoint instance type the AWS provider 5.100 accepts"
+    return None
 
 
 def is_gpu_instance(instance_type: str) -> bool:

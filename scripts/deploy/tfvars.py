@@ -16,6 +16,7 @@ from typing import Any
 
 from .ecr import DIGEST, EcrError, Repository
 from .errors import DeployError
+from .instances import instance_type_problem
 
 SHARED_OUTPUTS = (
     "region",
@@ -67,8 +68,9 @@ class DeploymentSettings:
 def count_problems(instance_type: str, min_instances: str, max_instances: str) -> list[str]:
     """What the deployment's variable validations would reject, said in make's variable names."""
     problems = []
-    if not instance_type.startswith("ml."):
-        problems.append(f"INSTANCE_TYPE={instance_type!r} is not a SageMaker instance type (ml.…)")
+    wrong_type = instance_type_problem(instance_type)
+    if wrong_type:
+        problems.append(wrong_type)
     try:
         low, high = int(min_instances), int(max_instances)
     except ValueError:

@@ -92,6 +92,12 @@ variable "instance_type" {
     condition     = startswith(var.instance_type, "ml.")
     error_message = "instance_type must be a SageMaker instance type (starting with \"ml.\")."
   }
+
+  # Graviton hosts are arm64; the TTS image is linux/amd64 (the preflight refuses them too).
+  validation {
+    condition     = !can(regex("^ml\\.[a-z]+[0-9]+g[a-z]*\\.", var.instance_type))
+    error_message = "instance_type must not be a Graviton (arm64) type: the TTS image is built for linux/amd64."
+  }
 }
 
 variable "initial_instance_count" {

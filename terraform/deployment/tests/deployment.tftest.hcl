@@ -322,3 +322,13 @@ run "rejects_an_ami_version_the_provider_rejects" {
 
   expect_failures = [var.inference_ami_version]
 }
+
+run "rejects_a_graviton_instance_type" {
+  command = plan
+
+  variables {
+    instance_type = "ml.c7g.xlarge"
+  }
+
+  expect_failures = [var.instance_type]
+}
