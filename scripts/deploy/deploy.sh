@@ -11,9 +11,11 @@
 #   SMOKE_ENDPOINT_URI     the runtime endpoint for the smoke test (a VPC endpoint); default the regional one
 #   SKIP_SMOKE=1           no smoke tests
 #
-# Steps: preflight (changes nothing; lists every gap at once) → terraform/shared → weights to S3 → both images
-# (docker buildx FROM the base image's digest, pushed, taken by digest) → terraform/deployment (an autoscaled variant whose instance type
-# changes is deregistered first) → wait for InService → smoke tests of the endpoint and of the agent runtime.
+# Steps: preflight (changes nothing; lists every gap at once, the account's quota, model and region included)
+# → terraform/shared → weights to S3 → both images (docker buildx FROM the base image's digest, pushed, taken by
+# digest; the TTS image's backend follows INSTANCE_TYPE) → terraform/deployment (the runtime before the endpoint;
+# an autoscaled variant whose instance type changes is deregistered first; a running endpoint's live instance
+# count is kept) → wait for InService → smoke tests of the endpoint and of the agent runtime.
 # Every step is idempotent: after a failure, fix the cause and run it again.
 set -euo pipefail
 shopt -s inherit_errexit # a failing command inside $(...) fails the script too
