@@ -102,8 +102,11 @@ def url_invoker(url: str, *, timeout_s: float = 120.0) -> Invoker:
     return invoke
 
 
-def arn_invoker(arn: str, *, region: str | None = None, qualifier: str | None = None) -> Invoker:
-    """A deployed AgentCore runtime, through boto3's bedrock-agentcore InvokeAgentRuntime (a streamed SSE body)."""
+def arn_invoker(
+    arn: str, *, region: str | None = None, qualifier: str | None = None, session_id: str | None = None
+) -> Invoker:
+    """A deployed AgentCore runtime, through boto3's bedrock-agentcore InvokeAgentRuntime (a streamed SSE body).
+    Every call opens a new runtime session (a new microVM) unless ``session_id`` (>= 33 characters) is given."""
     import boto3
     from kokoro_client.sagemaker_batch import aiter_blocking
 
@@ -115,7 +118,7 @@ def arn_invoker(arn: str, *, region: str | None = None, qualifier: str | None = 
         def open_stream() -> tuple[Iterable[bytes], Callable[[], None]]:
             kwargs: dict[str, Any] = {
                 "agentRuntimeArn": arn,
-                "runtimeSessionId": f"voice-agent-demo-{uuid.uuid4()}",  # >= 33 characters
+                "runtimeSessionId": session_id or f"voice-agent-demo-{uuid.uuid4()}",  # >= 33 characters
                 "payload": json.dumps(payload).encode("utf-8"),
                 "contentType": "application/json",
                 "accept": "text/event-stream",

@@ -8,11 +8,15 @@ the LLM. The AWS transports are imported only in this mode: they pull in the AWS
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
 import time
+import uuid
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from functools import wraps
 from typing import Any
 
 from .client import Sample, pct
@@ -61,6 +65,45 @@ def read_deployment(chdir: str = TERRAFORM_DIR) -> Deployment:
     return Deployment(endpoint, region, value("agent_runtime_arn"))
 
 
+def recorded_failure(
+    measure: Callable[[Deployment, int], Awaitable[Section]],
+) -> Callable[[Deployment, int], Awaitable[Section]]:
+    """A section that fails (AccessDenied, a throttle, a dropped stream) says why in its own data; the bench still
+    writes every other section."""
+
+    @wraps(measure)
+    async def measured(deployment: Deployment, trials: int) -> Section:
+        try:
+            return await measure(deployment, trials)
+        except Exception as e:  # whatever AWS or the network raised, recorded for this section only
+            reason = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}".rstrip(": ")
+            return Section(f"not measured: {reason}", {"measured": False, "reason": reason})
+
+    return measured
+
+
+def bench_session_id() -> str:
+    """One AgentCore runtime session for the whole bench: its trials measure a warm microVM, not a cold start each
+    (botocore: runtimeSessionId is 33 to 256 characters)."""
+    return f"kokoro-tts-bench-{uuid.uuid4()}"
+
+
+def stop_session(arn: str, session_id: str) -> str | None:
+    """StopRuntimeSession, so the bench leaves no idle session billed behind; the error, if any, as text."""
+    import boto3
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    region = arn.split(":")[3] if arn.count(":") >= 5 else None
+    factory: Any = boto3.client  # boto3's stubs only know the services whose stubs are installed
+    try:
+        factory("bedrock-agentcore", region_name=region).stop_runtime_session(
+            agentRuntimeArn=arn, runtimeSessionId=session_id
+        )
+    except (BotoCoreError, ClientError) as e:
+        return f"{type(e).__name__}: {e}"
+    return None
+
+
 async def bidi_once(transport: Any, text: str) -> Sample:
     """One utterance on a fresh bidirectional stream; the clock starts when the text is sent, after the open."""
     from kokoro_client.session import AudioEvent, SessionOptions
@@ -98,6 +141,7 @@ async def batch_once(batch: Any, text: str) -> Sample:
     return Sample(1000 * (ttfa or total), 1000 * total, size / 48_000)
 
 
+@recorded_failure
 async def run_isolated_deployed(deployment: Deployment, trials: int) -> Section:
     from kokoro_client.sagemaker_batch import SageMakerBatchTTS
     from kokoro_client.sagemaker_bidi import SageMakerBidiTransport
@@ -134,15 +178,30 @@ def _runtime_row(mode: str, trial: Any) -> Row:
     }
 
 
-async def run_runtime_deployed(deployment: Deployment, trials: int, *, prompt: str = RUNTIME_PROMPT) -> Section:
+@recorded_failure
+async def run_runtime_deployed(deployment: Deployment, trials: int) -> Section:
     """The deployed agent end to end through its AgentCore runtime: bidi and batch, ``trials`` each, alternating
-    (so drift hits both alike), after one untimed warm-up reply. A failed reply fails the section, never a mean."""
+    (so drift hits both alike), after one untimed warm-up reply, all in one runtime session, stopped at the end.
+    A failed reply fails the section, never a mean."""
     if not deployment.agent_runtime_arn:
         reason = "no agent_runtime_arn output (enable_runtime_outputs is false?)"
         return Section(f"not measured: {reason}", {"measured": False, "reason": reason})
+    arn, session_id = deployment.agent_runtime_arn, bench_session_id()
+    try:
+        section = await _measure_runtime(arn, session_id, trials, RUNTIME_PROMPT)
+    finally:
+        stop_error = await asyncio.to_thread(stop_session, arn, session_id)
+    section.data["runtime_session_id"] = session_id
+    section.data["session_stopped"] = stop_error is None
+    if stop_error:
+        section.data["session_stop_error"] = stop_error
+    return section
+
+
+async def _measure_runtime(arn: str, session_id: str, trials: int, prompt: str) -> Section:
     from scripts.agent_client import arn_invoker, run_trial
 
-    invoke = arn_invoker(deployment.agent_runtime_arn)
+    invoke = arn_invoker(arn, session_id=session_id)
     warm = await run_trial(invoke, {"prompt": prompt, "mode": "bidi"})  # a cold runtime, the first Bedrock call
     runs: dict[str, list[Row]] = {"bidi": [], "batch": []}
     for _ in range(trials):
@@ -174,7 +233,7 @@ async def run_runtime_deployed(deployment: Deployment, trials: int, *, prompt: s
         {
             "measured": True,
             "target": "deployed",
-            "through": f"InvokeAgentRuntime {deployment.agent_runtime_arn}",
+            "through": f"InvokeAgentRuntime {arn}",
             "prompt": prompt,
             "llm": model,
             "warm_up_model": warm.model,

@@ -50,9 +50,24 @@ class AgentCoreStandin:
     agent_url: str
     runtime_arn: str
     invocations: list[Invocation] = field(default_factory=list)
+    stopped: list[str] = field(default_factory=list)  # StopRuntimeSession's session ids
 
     def app(self) -> Starlette:
-        return Starlette(routes=[Route("/runtimes/{arn:path}/invocations", self._invoke, methods=["POST"])])
+        return Starlette(
+            routes=[
+                Route("/runtimes/{arn:path}/invocations", self._invoke, methods=["POST"]),
+                Route("/runtimes/{arn:path}/stopruntimesession", self._stop, methods=["POST"]),
+            ]
+        )
+
+    async def _stop(self, request: Request) -> Response:
+        """StopRuntimeSession (botocore: POST /runtimes/{agentRuntimeArn}/stopruntimesession, the session id in
+        the same header as InvokeAgentRuntime's): an unknown session is ResourceNotFoundException."""
+        session_id = request.headers.get(SESSION_HEADER, "")
+        if request.path_params["arn"] != self.runtime_arn or session_id not in {i.session_id for i in self.invocations}:
+            return _error(404, "ResourceNotFoundException", f"No runtime session {session_id}")
+        self.stopped.append(session_id)
+        return Response(status_code=200, headers={SESSION_HEADER: session_id})  # the output is headers only
 
     async def _invoke(self, request: Request) -> Response:
         authorization = request.headers.get("authorization", "")
