@@ -376,11 +376,13 @@ class Soak:
         await self._wait_idle()
         bounds = await hostile_text.calibrate(self.base)
         routes = list(ROUTES)
-        digits = hostile_text.digit_cases(random.Random(HOSTILE_SEED), scripts=len(hostile_text.unicode_digits()))
+        full = count >= 60  # `make soak`: every script's digits, each adversarial string on three routes
+        scripts = len(hostile_text.unicode_digits()) if full else 0  # else the five always spoken
+        digits = hostile_text.digit_cases(random.Random(HOSTILE_SEED), scripts=scripts)
         twins = [(route, hostile_text.ASCII_TWIN) for route in routes]
         jobs = (
             hostile_text.rotate(hostile_text.issue_cases(), routes, len(routes))
-            + hostile_text.rotate(hostile_text.fixed_cases(), routes, 3)
+            + hostile_text.rotate(hostile_text.fixed_cases(), routes, 3 if full else 1)
             + twins
             + hostile_text.rotate(digits, routes, 1)
             + hostile_text.rotate(hostile_text.random_cases(HOSTILE_SEED, count), routes, 1)

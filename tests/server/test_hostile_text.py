@@ -11,6 +11,7 @@ and input, and the same seed makes the same strings again.
 from __future__ import annotations
 
 import random
+import unicodedata
 
 import pytest
 from conftest import RunningServer
@@ -33,6 +34,7 @@ from scripts.hostile_text import (
     random_cases,
     rotate,
     speak_all,
+    unicode_digits,
 )
 
 SEED = 28
@@ -116,3 +118,15 @@ async def test_ping_holds_during_eight_concurrent_quadratic_looking_requests(
     # Eight at once: each waits behind the others' first chunks, so each gets eight times the bound alone.
     burst = Bounds(bounds.first_base_s * 8, bounds.first_per_char_s * 8, bounds.rtf * 8, read_s=bounds.read_s)
     await run(server, jobs, burst, concurrency=8)
+
+
+def test_the_strings_repeat_from_their_seed_and_cover_every_class() -> None:
+    assert random_cases(SEED, 18) == random_cases(SEED, 18) != random_cases(SEED + 1, 18)
+    text = "".join(case.text for case in fixed_cases() + random_cases(SEED, 18, max_chars=300))
+    categories = {unicodedata.category(char) for char in text}
+    # letters, digits (ASCII and others), other numbers, punctuation, symbols, controls, format (RTL, ZWJ),
+    # combining marks, spaces, and a lone surrogate
+    assert {"Lu", "Ll", "Nd", "No", "Po", "Pd", "Sc", "So", "Cc", "Cf", "Mn", "Zs", "Cs"} <= categories
+    scripts = {case.name.split(" digit")[0] for case in digit_cases(random.Random(SEED), scripts=8)}
+    assert {"FULLWIDTH", "ARABIC-INDIC", "DEVANAGARI", "CIRCLED", "SUPERSCRIPT"} <= scripts and len(scripts) == 8
+    assert len(unicode_digits()) > 60  # every script's digits, from the Unicode database
