@@ -317,6 +317,8 @@ async def speak(base_url: str, route: str, case: Case, bounds: Bounds, client: h
             outcome.problem = f"audio past {answer.limit_s:.1f} s for {len(case.text)} characters"
     except (httpx.HTTPError, OSError, ConnectionClosed) as error:
         outcome.problem = f"connection failed: {type(error).__name__}: {str(error)[:80]}"
+    except (ValueError, KeyError, TypeError, AttributeError) as error:  # not the route's wire format
+        outcome.problem = f"malformed answer: {type(error).__name__}: {str(error)[:80]}"
     finally:
         task.cancel()  # the client leaves: the server must stop this synthesis
         await asyncio.gather(task, return_exceptions=True)
