@@ -138,12 +138,24 @@ run "apply_roles_and_runtime" {
       ]
       ])) == sort([
       "cloudwatch:PutMetricData",
+      "cloudwatch:PutMetricData",
       "ecr:GetAuthorizationToken",
       "ecr:GetAuthorizationToken",
+      "xray:GetSamplingRules",
+      "xray:GetSamplingTargets",
       "xray:PutTelemetryRecords",
       "xray:PutTraceSegments",
     ])
-    error_message = "Resource \"*\" is only for ecr:GetAuthorizationToken, X-Ray and PutMetricData."
+    error_message = "Resource \"*\" is only for ecr:GetAuthorizationToken, X-Ray and PutMetricData (no Marketplace for an Amazon model)."
+  }
+
+  # AgentCore's and SageMaker's execution-role templates: what the ADOT exporter and the container's metrics call.
+  assert {
+    condition = alltrue([
+      for a in ["xray:GetSamplingRules", "xray:GetSamplingTargets", "logs:DescribeLogGroups"] :
+      contains(flatten([for s in jsondecode(module.iam.agent_runtime_role_policy).Statement : s.Action]), a)
+    ]) && contains(flatten([for s in jsondecode(module.iam.sagemaker_role_policy).Statement : s.Action]), "cloudwatch:PutMetricData")
+    error_message = "The runtime role needs X-Ray sampling and DescribeLogGroups, the SageMaker role PutMetricData."
   }
 
   assert {
@@ -228,6 +240,22 @@ run "apply_roles_and_runtime" {
 }
 
 # What the moto run uses: a CPU instance type moto accepts, no autoscaling, no stack outputs.
+# A third-party model is an AWS Marketplace product: its first call subscribes with the runtime role's permissions.
+run "marketplace_for_a_third_party_model" {
+  command = plan
+
+  variables {
+    bedrock_model_id = "us.anthropic.claude-haiku-4-5-20251001-v1:0"
+  }
+
+  assert {
+    condition = sort(flatten([
+      for s in jsondecode(module.iam.agent_runtime_role_policy).Statement : s.Action if startswith(s.Sid, "Marketplace")
+    ])) == tolist(["aws-marketplace:Subscribe", "aws-marketplace:ViewSubscriptions"])
+    error_message = "The runtime role of an Anthropic model must be able to view and make the Marketplace subscription."
+  }
+}
+
 run "emulator_settings" {
   variables {
     instance_type          = "ml.m5.large"

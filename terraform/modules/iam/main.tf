@@ -28,6 +28,29 @@ locals {
     Action   = ["ecr:GetAuthorizationToken"]
     Resource = "*"
   }
+  # Third-party models (Anthropic, ...) are AWS Marketplace products: the first call in an account subscribes
+  # with the caller's aws-marketplace permissions (Bedrock user guide, "Request access to models"). Amazon's own
+  # models have no product id and need none. Only Subscribe accepts the aws-marketplace:ProductId condition.
+  marketplace_statements = [for statement in [
+    {
+      Sid      = "MarketplaceViewSubscriptions"
+      Effect   = "Allow"
+      Action   = ["aws-marketplace:ViewSubscriptions"]
+      Resource = "*"
+    },
+    merge(
+      {
+        Sid      = "MarketplaceSubscribe"
+        Effect   = "Allow"
+        Action   = ["aws-marketplace:Subscribe"]
+        Resource = "*"
+      },
+      length(var.bedrock_marketplace_product_ids) == 0 ? {} : {
+        Condition = { "ForAnyValue:StringEquals" = { "aws-marketplace:ProductId" = var.bedrock_marketplace_product_ids } }
+      },
+    ),
+  ] : statement if !startswith(local.foundation_model_id, "amazon.")]
+
   kms_statements = var.weights_kms_key_arn == null ? [] : [{
     Sid      = "DecryptWeights"
     Effect   = "Allow"
@@ -93,6 +116,14 @@ resource "aws_iam_role_policy" "sagemaker" {
           "${local.logs_arn}:/aws/sagemaker/Endpoints/${var.endpoint_name}:*",
         ]
       },
+      {
+        # The CreateModel execution-role template of the SageMaker developer guide; PutMetricData has no
+        # resource-level permissions.
+        Sid      = "Metrics"
+        Effect   = "Allow"
+        Action   = ["cloudwatch:PutMetricData"]
+        Resource = "*"
+      },
     ], local.kms_statements)
   })
 }
@@ -127,7 +158,7 @@ resource "aws_iam_role_policy" "agent_runtime" {
   role = aws_iam_role.agent_runtime.id
   policy = jsonencode({
     Version = "2012-10-17"
-    Statement = [
+    Statement = concat([
       {
         Sid      = "PullImage"
         Effect   = "Allow"
@@ -148,10 +179,18 @@ resource "aws_iam_role_policy" "agent_runtime" {
         ]
       },
       {
-        # X-Ray trace APIs have no resource-level permissions: AWS only accepts "*".
+        # AgentCore's execution-role template (AgentCore developer guide, "Permissions for AgentCore Runtime").
+        Sid      = "DescribeLogGroups"
+        Effect   = "Allow"
+        Action   = ["logs:DescribeLogGroups"]
+        Resource = ["${local.logs_arn}:*"]
+      },
+      {
+        # X-Ray trace APIs have no resource-level permissions: AWS only accepts "*". The sampling calls are the
+        # ADOT exporter's (the same template).
         Sid      = "Traces"
         Effect   = "Allow"
-        Action   = ["xray:PutTelemetryRecords", "xray:PutTraceSegments"]
+        Action   = ["xray:GetSamplingRules", "xray:GetSamplingTargets", "xray:PutTelemetryRecords", "xray:PutTraceSegments"]
         Resource = "*"
       },
       {
@@ -178,6 +217,6 @@ resource "aws_iam_role_policy" "agent_runtime" {
         ]
         Resource = local.endpoint_arn
       },
-    ]
+    ], local.marketplace_statements)
   })
 }

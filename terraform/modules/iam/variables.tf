@@ -59,6 +59,12 @@ variable "bedrock_model_id" {
   }
 }
 
+variable "bedrock_marketplace_product_ids" {
+  description = "AWS Marketplace product ids of the third-party model (Bedrock user guide, model product ids): limits the runtime role's aws-marketplace:Subscribe to them. Empty: Subscribe to any product, which the first call of a third-party model needs."
+  type        = list(string)
+  default     = []
+}
+
 variable "metrics_namespace" {
   description = "The only CloudWatch namespace the agent may publish metrics to."
   type        = string
