@@ -49,6 +49,8 @@ _EAGER_CANDIDATE: Final = re.compile(_any_of(_TERMINATORS, _CJK_TERMINATORS, "\n
 # A sentence end: a run of terminators ("?!", "...", "。"), then closing quotes and brackets.
 _END: Final = re.compile(f"{_any_of(_TERMINATORS, _CJK_TERMINATORS)}+({_any_of(_CLOSERS)}*)")
 _WORD_OR_NEWLINE: Final = re.compile(r"[\S\n]")
+_ALNUM: Final = re.compile(r"[^\W_]")  # what str.isalnum() accepts
+_NOT_SPACE: Final = re.compile(r"\S")
 
 # Abbreviations that come before a name or a term: never the end of a sentence unless a newline follows.
 _BEFORE_NAME: Final = frozenset(
@@ -97,9 +99,12 @@ class IncrementalSentenceChunker:
         self._reset()
 
     def _reset(self) -> None:
-        self._buf = ""  # text received and not emitted yet
-        self._seg = 0  # where the current sentence starts in _buf (after a merged short chunk, > 0)
+        self._buf = ""  # text received and not emitted yet (during ``feed``: from ``_start`` on)
+        self._start = 0  # where the text not emitted yet starts in _buf: emitted text is cut off once per feed
+        self._seg = 0  # where the current sentence starts in _buf (after a merged short chunk, > _start)
         self._scan = 0  # everything before this in _buf is decided: scanning resumes here
+        self._alnum = False  # _buf[_start:_alnum_scan] holds a letter or digit
+        self._alnum_scan = 0
         self._emitted = False  # a chunk of this reply has left: eager mode is over
 
     def feed(self, fragment: str) -> list[str]:
@@ -110,26 +115,52 @@ class IncrementalSentenceChunker:
             return []
         self._buf += fragment
         out: list[str] = []
+        try:
+            self._scan_buffer(out)
+        finally:
+            self._drop_emitted()
+        return out
+
+    def _scan_buffer(self, out: list[str]) -> None:
         while True:
             pattern = _EAGER_CANDIDATE if self._eager and not self._emitted else _CANDIDATE
             match = pattern.search(self._buf, self._scan)
             if match is None:
                 self._scan = len(self._buf)
-                return out
+                return
             decision = self._decide(match.start())
             if decision is None:
                 self._scan = match.start()
-                return out
+                return
             end, boundary = decision
             self._scan = end
             if boundary:
                 self._seg = end
-                chunk = " ".join(self._buf[:end].split())
-                if self._worth_sending(chunk):
+                if (chunk := self._chunk_until(end)) is not None:
                     out.append(chunk)
-                    self._buf = self._buf[end:]
-                    self._seg = self._scan = 0
+                    self._start = self._seg = self._scan = self._alnum_scan = end
+                    self._alnum = False
                     self._emitted = True
+
+    def _chunk_until(self, end: int) -> str | None:
+        """The chunk ending at ``end`` if it is worth sending. Nothing to pronounce is found by scanning each
+        character once: rebuilding the chunk at every boundary of "… … …" would be quadratic."""
+        if not self._alnum:
+            self._alnum = _ALNUM.search(self._buf, self._alnum_scan, end) is not None
+            self._alnum_scan = end
+            if not self._alnum:
+                return None
+        chunk = " ".join(self._buf[self._start : end].split())
+        return chunk if self._worth_sending(chunk) else None
+
+    def _drop_emitted(self) -> None:
+        """Cuts the emitted text off the buffer once per feed (not once per chunk: that copy would be quadratic)."""
+        if start := self._start:
+            self._buf = self._buf[start:]
+            self._start = 0
+            self._seg -= start
+            self._scan -= start
+            self._alnum_scan = max(0, self._alnum_scan - start)
 
     @property
     def pending_chars(self) -> int:
@@ -151,7 +182,10 @@ class IncrementalSentenceChunker:
     def _decide(self, i: int) -> _Decision:
         ch = self._buf[i]
         if ch == "\n":
-            return i + 1, bool(self._buf[self._seg : i].strip())
+            if self._buf[self._seg : i].strip():
+                return i + 1, True
+            self._seg = i + 1  # a blank line: the next one need not look back over it
+            return i + 1, False
         if ch in _TERMINATORS or ch in _CJK_TERMINATORS:
             return self._decide_terminator(i)
         return self._decide_clause(i)
@@ -214,7 +248,12 @@ class IncrementalSentenceChunker:
                 return None
             if not buf[end].isspace():
                 return end, False  # 1,000 and 10:30
-        return end, len(buf[:end].strip()) >= self._eager_min_chars
+        return end, self._pending_length(end) >= self._eager_min_chars
+
+    def _pending_length(self, end: int) -> int:
+        """len(_buf[_start:end].strip()) when _buf[end - 1] is not a space, without copying it."""
+        first = _NOT_SPACE.search(self._buf, self._start, end)
+        return end - first.start() if first else 0
 
 
 def split_sentences(text: str, *, eager: bool = False, eager_min_chars: int = 24, min_chars: int = 0) -> list[str]:
