@@ -7,8 +7,10 @@ and a short first window (its input made from a prefix of the batch: backends/st
 whole batch's input and its window, every later job one more window, sized by the decoder's measured speed against
 the audio already queued. Without stages each batch is one job (the whole chunk at once).
 
-Every scheduler job is bounded: phonemizing one text chunk (at most ``MAX_CHUNK_CHARS``), or one window (or one
-batch); so no utterance holds a worker longer than that, whatever its text. Each job is due when the audio before
+Every scheduler job is bounded: phonemizing one text chunk (at most ``MAX_CHUNK_CHARS``, and for English at most
+``MAX_CHUNK_PIECES`` pieces in words of at most ``MAX_WORD_PIECES``: text_chunks.py), or one window (or one batch);
+so no utterance holds a worker or the G2P longer than that, whatever its text. Before the first job, the text is
+cleaned, normalized and chunked in a thread, never on the event loop. Each job is due when the audio before
 it has finished playing (the first of an utterance: now), so another session's first window goes ahead of this
 one's later windows (scheduler.py). The stream keeps one job of look-ahead: while piece i is being sent, piece
 i+1 is being made. Stopping the iteration (client gone, cancel) drops the jobs not yet started: a cancel takes
@@ -20,13 +22,12 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-import re
 import time
 from collections import deque
 from collections.abc import AsyncGenerator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from functools import partial
+from functools import cached_property, partial
 
 import numpy as np
 from kokoro_client.errors import ErrorCode, TTSError
@@ -36,21 +37,22 @@ from .audio import SAMPLE_RATE, float_to_pcm16
 from .backends import Backend, load_backend
 from .backends.stages import SAMPLES_PER_FRAME
 from .backends.threads import run_as
-from .normalize import TextMap, normalize
-from .phonemes import Phonemizer, TokenBatch, clean_text_mapped
+from .normalize import ENGLISH, longest_number, normalize
+from .phonemes import Phonemizer, TokenBatch, clean_text_mapped, kept_characters
 from .scheduler import DeadlineScheduler, Limit
 from .settings import Settings
 from .text_chunks import split_utterance
+from .text_map import TextMap
 from .vocoder_windows import ChunkWindows, DecoderSpeed, WindowPlan, decode_in_windows
 from .voices import Voice, VoiceBank
 from .word_timing import TextCursor, TimedWord, batch_words, timings
 
 log = logging.getLogger(__name__)
 
-# A run of digits longer than this is refused: misaki reads digits as one number (num2words overflows past ~300
-# digits, Python's int-string limit stops it at 4,300) and 100 digits already make ~1,900 phonemes.
+# A number read with more digits than this is refused: misaki reads digits as one number (num2words overflows past
+# ~300 digits, Python's int-string limit stops it at 4,300) and 100 digits already make ~1,900 phonemes. Counted as
+# read (normalize.longest_number): "①①①" and "1,000,000" are numbers too.
 MAX_NUMBER_DIGITS = 100
-_LONG_NUMBER = re.compile(rf"\d{{{MAX_NUMBER_DIGITS + 1},}}")
 
 
 # What the scheduler tallies each job as (GET /metrics, kokoro_tts_inference_seconds): a text chunk's G2P, the job
@@ -65,13 +67,36 @@ def audio_job(index: int) -> str:
 
 @dataclass(frozen=True)
 class SpeechRequest:
-    """A validated utterance: build it with ``TTSEngine.request`` so every field has been checked."""
+    """A validated utterance: build it with ``TTSEngine.request`` so every field has been checked.
 
-    text: str  # what is spoken: the client's text cleaned and normalized (normalize.py)
+    Its spoken text is made on first use (``prepare``, which ``TTSEngine.stream`` runs in a thread): cleaning,
+    normalizing and their span maps are linear, yet for 5,000 characters they take tens of milliseconds, which the
+    event loop must not spend."""
+
+    sent: str  # the text the client sent (word timings point into it)
     voice: Voice
     speed: float
-    source: TextMap  # spans of ``text`` → spans of the text the client sent
-    sent: str  # the text the client sent (word timings point into it)
+
+    @cached_property
+    def _prepared(self) -> tuple[str, TextMap]:
+        cleaned, cleaned_map = clean_text_mapped(self.sent)
+        spoken, spoken_map = normalize(cleaned, self.voice.lang)
+        return spoken, cleaned_map.then(spoken_map)
+
+    def prepare(self) -> SpeechRequest:
+        """Makes the spoken text now (blocking: a worker thread's job)."""
+        self._prepared  # noqa: B018 -- computed and kept
+        return self
+
+    @property
+    def text(self) -> str:
+        """What is spoken: the client's text cleaned and normalized (normalize.py)."""
+        return self._prepared[0]
+
+    @property
+    def source(self) -> TextMap:
+        """Spans of ``text`` → spans of the text the client sent."""
+        return self._prepared[1]
 
 
 @dataclass(frozen=True)
@@ -131,7 +156,7 @@ class TTSEngine:
     def warm_up(self) -> None:
         """Build the default language's G2P and run the model once, so the first request is not the slow one."""
         request = self.request(self.settings.warmup_text, self.settings.default_voice, 1.0)
-        texts = split_utterance(request.text)
+        texts = self._text_chunks(request)
         for text in texts:
             self._synthesize_chunk(text, request)
         if (jobs := self.backend.parallel_jobs) > 1:
@@ -156,21 +181,21 @@ class TTSEngine:
             )
         if not text.strip():
             raise TTSError(ErrorCode.EMPTY_TEXT, "'text' is empty: send at least one word to speak.")
-        cleaned, cleaned_map = clean_text_mapped(text)
-        if not cleaned:
+        # On the event loop, so only what C loops do (translate tables): the text itself is made in a thread.
+        kept = kept_characters(text)
+        if not kept.strip():
             raise TTSError(
                 ErrorCode.NOTHING_TO_SPEAK,
                 "'text' holds only characters that are not read aloud (emoji, control characters).",
             )
-        if _LONG_NUMBER.search(cleaned):
+        if longest_number(kept) > MAX_NUMBER_DIGITS:
             raise TTSError(
                 ErrorCode.NUMBER_TOO_LONG,
                 f"'text' holds a number of more than {MAX_NUMBER_DIGITS} digits; "
                 "write long digit strings in groups separated by spaces.",
             )
         resolved = self.voice(self.settings.default_voice if voice is None else voice)
-        spoken, spoken_map = normalize(cleaned, resolved.lang)
-        return SpeechRequest(spoken, resolved, self.check_speed(speed), cleaned_map.then(spoken_map), text)
+        return SpeechRequest(text, resolved, self.check_speed(speed))
 
     def voice(self, spec: object) -> Voice:
         """Resolve a voice or blend this server can speak, or raise ``TTSError``."""
@@ -200,7 +225,8 @@ class TTSEngine:
         whose earlier audio is still playing."""
         loop = asyncio.get_running_loop()
         tag = f"u{next(self._utterances)}"
-        texts = deque(split_utterance(request.text))
+        # Cleaning, normalizing, their maps and the chunking: linear, but off the loop all the same.
+        texts = deque(await asyncio.to_thread(self._text_chunks, request))
         batches: deque[tuple[str, TokenBatch]] = deque()  # phonemized, not yet synthesized
         decoding: _Decoding | None = None  # the batch whose windows are being decoded
         cursor = TextCursor(request.text, request.source)
@@ -305,6 +331,10 @@ class TTSEngine:
 
         pcm, synth_ms, words = await self.scheduler.run(job, deadline, label, audio_job(index))
         return AudioChunk(index, decoding.text, pcm, synth_ms, words)
+
+    @staticmethod
+    def _text_chunks(request: SpeechRequest) -> list[str]:
+        return split_utterance(request.prepare().text, english=request.voice.lang in ENGLISH)
 
     def _token_batches(self, text: str, request: SpeechRequest) -> list[list[int]]:
         return [batch.ids for batch in self._batches(text, request)]

@@ -27,93 +27,17 @@ the client sent.
 
 from __future__ import annotations
 
-import bisect
 import re
+import unicodedata
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from num2words import num2words
 
+from .text_map import TextMap
+
+__all__ = ["ENGLISH", "TextMap", "longest_number", "normalize"]
+
 ENGLISH = frozenset("ab")
-
-
-@dataclass(frozen=True)
-class TextMap:
-    """Where each piece of a derived text came from: ``(start, end, source_start, source_end)`` segments, in
-    order, covering the derived text. A segment whose two lengths are equal maps character by character."""
-
-    segments: tuple[tuple[int, int, int, int], ...]
-
-    @classmethod
-    def identity(cls, length: int) -> TextMap:
-        return cls(((0, length, 0, length),) if length else ())
-
-    @classmethod
-    def from_spans(cls, spans: list[tuple[int, int]]) -> TextMap:
-        """The map of a text whose character i came from source span ``spans[i]``."""
-        segments: list[tuple[int, int, int, int]] = []
-        for i, (src_start, src_end) in enumerate(spans):
-            if segments:
-                start, end, last_start, last_end = segments[-1]
-                one_to_one = end - start == last_end - last_start and src_end - src_start == 1
-                if (one_to_one and src_start == last_end) or (src_start, src_end) == (last_start, last_end):
-                    segments[-1] = (start, i + 1, last_start, src_end)
-                    continue
-            segments.append((i, i + 1, src_start, src_end))
-        return cls(tuple(segments))
-
-    def source_span(self, start: int, end: int) -> tuple[int, int]:
-        """The source span the derived span [start, end) came from (at least one character when it is not empty)."""
-        if not self.segments:
-            return (0, 0)
-        end = max(end, start + 1)
-        first = max(0, bisect.bisect_right([s[0] for s in self.segments], start) - 1)
-        lo = hi = None
-        for seg_start, seg_end, src_start, src_end in self.segments[first:]:
-            if seg_start >= end:
-                break
-            if seg_end <= start:
-                continue
-            if seg_end - seg_start == src_end - src_start:  # character by character
-                a = src_start + max(start, seg_start) - seg_start
-                b = src_start + min(end, seg_end) - seg_start
-            else:
-                a, b = src_start, src_end
-            lo = a if lo is None else min(lo, a)
-            hi = b if hi is None else max(hi, b)
-        if lo is None or hi is None:  # past the end: the source's end
-            last = self.segments[-1]
-            return (last[3], last[3])
-        return (lo, hi)
-
-    def then(self, later: TextMap) -> TextMap:
-        """The map of a text derived in two steps: ``self`` (source → middle), then ``later`` (middle → final)."""
-        segments = []
-        for start, end, mid_start, mid_end in later.segments:
-            if end - start == mid_end - mid_start:  # split along self's segments to keep character precision
-                for seg_start, seg_end, src_start, src_end in self.segments:
-                    lo, hi = max(mid_start, seg_start), min(mid_end, seg_end)
-                    if lo >= hi:
-                        continue
-                    if seg_end - seg_start == src_end - src_start:
-                        shift = src_start - seg_start
-                        segments.append((start + lo - mid_start, start + hi - mid_start, lo + shift, hi + shift))
-                    else:
-                        segments.append((start + lo - mid_start, start + hi - mid_start, src_start, src_end))
-            else:
-                segments.append((start, end, *self.source_span(mid_start, mid_end)))
-        return TextMap(_merge(segments))
-
-
-def _merge(segments: list[tuple[int, int, int, int]]) -> tuple[tuple[int, int, int, int], ...]:
-    """Joins a rewritten segment split in two by ``then`` back into one, so its pieces keep mapping to all of it."""
-    out: list[tuple[int, int, int, int]] = []
-    for seg in segments:
-        if out and out[-1][2:] == seg[2:] and out[-1][1] == seg[0]:
-            out[-1] = (out[-1][0], seg[1], *seg[2:])
-        else:
-            out.append(seg)
-    return tuple(out)
 
 
 class _Builder:
@@ -239,7 +163,14 @@ def _rule(pattern: str) -> re.Pattern[str]:
     return re.compile(pattern)
 
 
+# misaki reads a number through num2words, then looks each word up in its lexicon: from "nonillion" (31 digits) on
+# the scale words are not there, and it spells them ("N-O-N-I-L-L-I-O-N"); such numbers are read here.
+MISAKI_MAX_DIGITS = 30
+_LONG_DIGITS = rf"\d{{{MISAKI_MAX_DIGITS + 1},}}|\d{{1,3}}(?:,\d{{3}}){{{MISAKI_MAX_DIGITS // 3},}}"
+_LONG_NUMBER = rf"(?<![\w.,])(-?)({_LONG_DIGITS})(?![\w]|[.,]\d)"
+
 _RULES: list[tuple[str, re.Pattern[str]]] = [
+    ("long_number", _rule(_LONG_NUMBER)),
     ("email", _rule(r"(?<![\w.+-])[\w.+-]+@" + _DOMAIN)),
     ("url", _rule(rf"(?<![\w@/.-])(?:https?://(?:[\w-]+\.)+[A-Za-z]{{2,}}|(?:www\.)?{_DOMAIN}){_PATH}")),
     ("money", _rule(rf"([$£€¥₹])({_NUMBER})\s?(bn|tn|mm|MM|[kKmMbBtT]|thousand|million|billion|trillion)\b")),
@@ -303,10 +234,36 @@ def _year(n: int) -> str:
     return str(num2words(n, to="year"))
 
 
+_NEXT_CHARACTER = re.compile(r"\s*(\S?)")
+
+
+def _next_character(text: str, end: int) -> str:
+    """The first character after ``end`` that is not a space ("" at the end); a match, not a copy of the rest."""
+    match = _NEXT_CHARACTER.match(text, end)
+    assert match is not None
+    return match.group(1)
+
+
+def _previous_word(text: str, start: int) -> str:
+    """The word before ``start`` (spaces skipped): walks back over it only, never over the whole text before."""
+    end = start
+    while end > 0 and text[end - 1].isspace():
+        end -= 1
+    begin = end
+    while begin > 0 and not text[begin - 1].isspace():
+        begin -= 1
+    return text[begin:end]
+
+
 def _sentence_end(text: str, end: int) -> bool:
     """The period at ``end`` - 1 also ends the sentence: nothing but space before the end, or a capital next."""
-    rest = text[end:].lstrip()
-    return not rest or (rest[0].isupper() and end < len(text) and text[end].isspace())
+    nxt = _next_character(text, end)
+    return not nxt or (nxt.isupper() and end < len(text) and text[end].isspace())
+
+
+def _long_number(m: re.Match[str], text: str, end: int, british: bool) -> str:
+    words = _spell(int(m.group(2).replace(",", ""))).replace(" and ", " ")  # US style, as misaki reads numbers
+    return f"minus {words}" if m.group(1) else words
 
 
 def _email(m: re.Match[str], text: str, end: int, british: bool) -> str:
@@ -409,9 +366,8 @@ def _title(m: re.Match[str], text: str, end: int, british: bool) -> str:
 
 def _saint_street(m: re.Match[str], text: str, end: int, british: bool) -> str:
     # "St. Louis" is a saint; "Main St." (after a capitalised word, not before one) a street.
-    before = text[: m.start()].rstrip()
-    after = text[end:].lstrip()
-    if after[:1].isupper() and not (before and before.split()[-1][:1].isupper() and _sentence_end(text, end)):
+    before = _previous_word(text, m.start())
+    if _next_character(text, end).isupper() and not (before[:1].isupper() and _sentence_end(text, end)):
         return "Saint"
     return "Street." if _sentence_end(text, end) else "Street"
 
@@ -426,6 +382,7 @@ def _number_sign(m: re.Match[str], text: str, end: int, british: bool) -> str:
 
 
 _SPEAK: dict[str, Callable[[re.Match[str], str, int, bool], str | None]] = {
+    "long_number": _long_number,
     "email": _email,
     "url": _url,
     "money": _money,
@@ -441,3 +398,29 @@ _SPEAK: dict[str, Callable[[re.Match[str], str, int, bool], str | None]] = {
     "abbreviation": _abbreviation,
     "number_sign": _number_sign,
 }
+
+
+# --- what a number is read as ----------------------------------------------------------------------------------
+
+
+class _AsRead(dict[int, str]):
+    """``str.translate`` table: each character as the G2P reads it for numbers (misaki: NFKC, then every digit by
+    its value), so "①", "¹", "１", "٣" and "⑳" are the digits they stand for. Filled on first sight of each."""
+
+    def __missing__(self, code: int) -> str:
+        folded = unicodedata.normalize("NFKC", chr(code))
+        read = "".join(str(unicodedata.digit(c)) if c.isdigit() else c for c in folded)
+        if len(self) < 65536:  # bounded: a client may send every code point once
+            self[code] = read
+        return read
+
+
+_AS_READ = _AsRead()
+_DIGIT_RUN = re.compile(r"[0-9][0-9,]*")  # commas inside a number are dropped when it is read: "1,000,000"
+
+
+def longest_number(text: str) -> int:
+    """The most digits any number in ``text`` is read with: what a digit cap must count, whatever digit characters
+    (any script, superscript, circled, fullwidth) or thousands separators the number is written in."""
+    read = text if text.isascii() else text.translate(_AS_READ)
+    return max((len(run) - run.count(",") for run in _DIGIT_RUN.findall(read)), default=0)

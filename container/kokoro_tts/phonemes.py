@@ -17,7 +17,7 @@ from typing import Any
 
 from kokoro_client.errors import ErrorCode, TTSError
 
-from .normalize import TextMap
+from .text_map import TextMap
 
 # The model's context is 512 tokens; two of them are the pad tokens that open and close every input.
 MAX_PHONEME_TOKENS = 510
@@ -117,18 +117,23 @@ def _espeak(language: str) -> G2PFunction:
     return lambda text: Phonemes(g2p(text)[0])
 
 
+def check_language(lang: str) -> None:
+    """Raise ``unsupported_language`` unless voices starting with ``lang`` can be spoken here."""
+    if lang not in LANGUAGE_NAMES:
+        raise TTSError(
+            ErrorCode.UNSUPPORTED_LANGUAGE,
+            f"Voices starting with {lang!r} are not supported by this server; "
+            f"supported language prefixes: {', '.join(sorted(LANGUAGE_NAMES))}.",
+        )
+
+
 def _factory(lang: str) -> Callable[[], G2PFunction]:
+    check_language(lang)
     if lang in ("a", "b"):
         return lambda: _english(british=lang == "b")
     if lang == "z":
         return _mandarin
-    if lang in _ESPEAK_LANGUAGES:
-        return lambda: _espeak(_ESPEAK_LANGUAGES[lang])
-    raise TTSError(
-        ErrorCode.UNSUPPORTED_LANGUAGE,
-        f"Voices starting with {lang!r} are not supported by this server; "
-        f"supported language prefixes: {', '.join(sorted(LANGUAGE_NAMES))}.",
-    )
+    return lambda: _espeak(_ESPEAK_LANGUAGES[lang])
 
 
 def clean_text(text: str) -> str:
@@ -163,6 +168,31 @@ def clean_text_mapped(text: str) -> tuple[str, TextMap]:
     lead = len(cleaned) - len(cleaned.lstrip())
     cleaned = cleaned.strip()
     return cleaned, TextMap.from_spans(spans[lead : lead + len(cleaned)])
+
+
+class _Kept(dict[int, str]):
+    """``str.translate`` table: each character as ``clean_text`` keeps it (composition aside). Filled on first sight
+    of each character, bounded."""
+
+    def __missing__(self, code: int) -> str:
+        ch = chr(code)
+        if unicodedata.category(ch) == "Cs":
+            kept = "?"  # what clean_text's encode-and-replace makes of a lone surrogate
+        else:
+            kept = " " if ch == "\ufffd" else _keep(ch)
+        if len(self) < 65536:
+            self[code] = kept
+        return kept
+
+
+_KEPT = _Kept()
+
+
+def kept_characters(text: str) -> str:
+    """The characters of ``text`` that ``clean_text`` keeps, in a loop of C (a translate): cheap enough to decide on
+    the event loop whether a text has anything to read and how long its numbers are, while the cleaning itself, its
+    span map and normalization run in a worker thread."""
+    return text.translate(_KEPT)
 
 
 def _keep(ch: str) -> str:

@@ -10,12 +10,15 @@ from dataclasses import dataclass
 import numpy as np
 from kokoro_client.errors import ErrorCode, TTSError
 
-from .phonemes import LANGUAGE_NAMES
+from .phonemes import LANGUAGE_NAMES, check_language
 from .weights.layout import WeightLayout
 
 STYLE_ROWS = 510
-_NAME = re.compile(r"^[a-z]{2}_[a-z0-9_]+$")
-_WEIGHTED = re.compile(r"^(?P<name>[^()]*)\((?P<weight>[^()]*)\)$")  # Kokoro-FastAPI's "af_bella(2)"
+# Matched with fullmatch: "$" would also match before a trailing newline ("af_heart\n").
+_NAME = re.compile(r"[a-z]{2}_[a-z0-9_]+")
+_WEIGHTED = re.compile(r"(?P<name>[^()]*)\((?P<weight>[^()]*)\)")  # Kokoro-FastAPI's "af_bella(2)"
+# ASCII decimals only: float() also takes "1_000", "١" (Arabic-Indic) and "infinity".
+_WEIGHT = re.compile(r"(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
 MAX_BLEND_PARTS = 8
 
 
@@ -63,6 +66,7 @@ class VoiceBank:
                     ErrorCode.UNKNOWN_VOICE,
                     f"Unknown voice {name!r}. Available voices: {', '.join(self.names)}.",
                 )
+            check_language(name[0])  # every part of a blend, not only the first, which names its language
         total = sum(weight for _, weight in parts)
         pack = np.sum([self._pack(name) * (weight / total) for name, weight in parts], axis=0, dtype=np.float32)
         voice = Voice(spec=key, lang=parts[0][0][0], pack=pack)
@@ -100,13 +104,13 @@ def _comma_part(item: str, spec: str) -> tuple[str, float]:
 
 
 def _plus_part(item: str, spec: str) -> tuple[str, float]:
-    if match := _WEIGHTED.match(item):
+    if match := _WEIGHTED.fullmatch(item):
         return _checked_name(match["name"]), _weight(match["weight"], spec, "'af_bella(2)+af_sky(1)'")
     return _checked_name(item), 1.0
 
 
 def _checked_name(name: str) -> str:
-    if not _NAME.match(name):
+    if not _NAME.fullmatch(name):
         raise TTSError(
             ErrorCode.INVALID_VOICE,
             f"{name!r} is not a voice name; voices look like 'af_heart', blends like 'af_heart:0.7,af_bella:0.3' "
@@ -116,10 +120,7 @@ def _checked_name(name: str) -> str:
 
 
 def _weight(text: str, spec: str, example: str) -> float:
-    try:
-        weight = float(text)
-    except ValueError:
-        weight = -1.0
+    weight = float(text) if _WEIGHT.fullmatch(text) else -1.0
     if not weight > 0 or weight == float("inf"):
         raise TTSError(
             ErrorCode.INVALID_VOICE,

@@ -6,7 +6,7 @@ measured, a batch's audio is sum(durations) × 600 samples, on the stages and on
 word starts after the frames of every token before its first one and ends with its last token's frames; the
 silence of a space, a comma or the opening pad lies between words. misaki's English G2P says which phonemes are
 which word's (phonemes.py); each word is then found in the utterance's spoken text, in order, and mapped back
-through normalization and cleaning (normalize.TextMap) to the client's characters. A piece the normalizer read as
+through normalization and cleaning (text_map.py) to the client's characters. A piece the normalizer read as
 several words ("$1.2M" → "1.2 million dollars") comes back as one word spanning them all.
 
 Only the G2P of English tells words apart: other languages' chunks carry no word timings.
@@ -21,8 +21,8 @@ from kokoro_client.protocol import WordTiming
 
 from .audio import SAMPLE_RATE
 from .backends.stages import SAMPLES_PER_FRAME
-from .normalize import TextMap
 from .phonemes import TokenBatch
+from .text_map import TextMap
 
 
 @dataclass(frozen=True)

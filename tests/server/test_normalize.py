@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from kokoro_tts.normalize import TextMap, normalize
+from kokoro_tts.normalize import TextMap, longest_number, normalize
 from kokoro_tts.phonemes import Phonemizer, clean_text_mapped
 
 # input → what normalize() makes of it (US English unless the case says "b:").
@@ -232,3 +232,41 @@ def test_no_input_makes_the_rules_backtrack() -> None:
     prose = cost(("Meet Dr. Lee at 3:30 pm on Jan 5, 2025 for $42.50 at example.com. " * 80)[:5000])
     for text in ("a-" * 2500, "a." * 2500, "a.a-" * 1250, "1:" * 2500, "a_" * 2500, "a-" * 2400 + "@x", "5 " * 2500):
         assert cost(text) <= 10 * prose, text[:8]
+
+
+@pytest.mark.parametrize(
+    "number", ["1" * 31, "4" * 40, "9" * 100, "-" + "4" * 40, "1" + ",000" * 11, "12" + ",345" * 20]
+)
+def test_numbers_past_misakis_scale_words_are_read_not_spelled(english: Phonemizer, number: str) -> None:
+    """misaki knows scale words up to "octillion" (30 digits) and spells the rest letter by letter."""
+    spoken, spans = normalize(f"We owe {number} dollars.", "a")
+    assert spoken.startswith("We owe ") and spoken.endswith(" dollars.") and not any(ch.isdigit() for ch in spoken)
+    assert spoken.startswith("We owe minus ") == number.startswith("-")
+    assert spans.source_span(7, len(spoken) - 9) == (7, 7 + len(number))  # every word maps to the whole number
+    phonemes = english.phonemes(spoken, "a")
+    assert "ˌɛnˌOˌɛn" not in phonemes and "ˌɛlˌɛlˌIˌOˈɛn" not in phonemes  # "N-O-N-", "-L-L-I-O-N"
+
+
+@pytest.mark.parametrize("number", ["1" * 30, "1,234,567", "3." + "1" * 40, "1" * 31 + ".5", "v" + "1" * 31])
+def test_numbers_misaki_reads_are_left_to_it(number: str) -> None:
+    assert normalize(number, "a")[0] == number
+
+
+@pytest.mark.parametrize(
+    ("text", "digits"),
+    [
+        ("1" * 120, 120),
+        ("\u2460" * 120, 120),  # circled digit one
+        ("\u00b9" * 120, 120),  # superscript one
+        ("\uff11" * 120, 120),  # fullwidth one
+        ("\u0661" * 120, 120),  # Arabic-Indic one
+        ("\U0001d7cf" * 120, 120),  # mathematical bold one
+        ("\u2473" * 60, 120),  # circled twenty: two digits each
+        ("1" + ",000" * 40, 121),  # thousands separators are dropped when it is read
+        ("It costs 12 dollars, or 1,234 cents.", 4),
+        ("x\u00b2 + y\u00b3", 1),
+        ("\u4e00\u4e8c\u4e09", 0),  # CJK numerals are words, read by the Mandarin front end
+    ],
+)
+def test_longest_number_counts_digits_as_read(text: str, digits: int) -> None:
+    assert longest_number(text) == digits

@@ -11,6 +11,7 @@ from typing import Any
 import httpx
 import numpy as np
 import pytest
+from conftest import RunningServer
 from kokoro_tts.audio import FORMATS, make_encoder
 from kokoro_tts.phonemes import LANGUAGE_NAMES
 from kokoro_tts.voices import VoiceBank
@@ -63,3 +64,26 @@ def test_streamed_wav_reads_to_its_end(samples: int) -> None:
     with wave.open(io.BytesIO(_streamed_wav(samples))) as wav:
         assert (wav.getnchannels(), wav.getsampwidth(), wav.getframerate()) == (1, 2, 24000)
         assert len(wav.readframes(wav.getnframes())) == samples * 2
+
+
+@pytest.mark.parametrize(
+    ("voice", "code"),
+    [
+        ("af_heart\n", "invalid_voice"),  # "$" matched before a trailing newline: the name looked valid
+        ("af_heart,jf_alpha", "unsupported_language"),  # every part's language, not only the first one's
+        ("af_heart(2)+jf_alpha(1)", "unsupported_language"),
+        ("af_heart:1_000,af_bella:1", "invalid_voice"),  # float() reads "1_000"
+        ("af_heart:\u0661,af_bella:1", "invalid_voice"),  # and "١" (Arabic-Indic one)
+        ("af_heart(\u0661)+af_bella(1)", "invalid_voice"),
+        ("af_heart:infinity,af_bella:1", "invalid_voice"),
+    ],
+)
+def test_voice_names_and_weights_are_checked_whole(server: RunningServer, voice: str, code: str) -> None:
+    response = httpx.post(f"{server.base_url}/invocations", json={"text": "hi", "voice": voice}, timeout=60)
+    assert (response.status_code, response.json()["error"]["code"]) == (400, code), response.text
+
+
+@pytest.mark.parametrize("voice", ["af_heart:0.7,af_bella:0.3", "af_heart:.5,af_bella:1.", "af_bella(2)+af_sky(1)"])
+def test_ascii_decimal_weights_still_blend(server: RunningServer, voice: str) -> None:
+    response = httpx.post(f"{server.base_url}/invocations", json={"text": "hi", "voice": voice}, timeout=60)
+    assert response.status_code == 200, response.text

@@ -30,6 +30,7 @@ from typing import Any
 import httpx
 import numpy as np
 import pytest
+from conftest import RunningServer
 from kokoro_client.protocol import Words, WordTiming, parse_server_frame
 from kokoro_tts.audio import SAMPLE_RATE
 from kokoro_tts.normalize import TextMap
@@ -271,3 +272,14 @@ async def test_captioned_speech_streams_audio_with_timestamps(server: Any) -> No
     assert [t["word"] for t in document["timestamps"]] == [t["word"] for t in stamps]
     assert len(base64.b64decode(document["audio"])) == len(audio)
     assert bad.status_code == 400 and bad.json()["error"]["code"] == "invalid_message"
+
+
+@pytest.mark.parametrize("number", ["1" * 35, "-" + "4" * 40])
+async def test_long_numbers_get_a_timestamp(server: RunningServer, number: str) -> None:
+    """Past 30 digits misaki spelled the scale word and the number got no timestamp; 40 digits, negative, neither."""
+    sent = f"We owe {number} dollars today."
+    words = [w for piece in await _speak(server, sent) for w in piece.words]
+    spoken = [w.word for w in words]
+    assert spoken[:2] == ["We", "owe"] and "dollars" in spoken and number in spoken, spoken
+    for w in words:
+        assert sent[w.char_start : w.char_end] == w.word
