@@ -48,7 +48,6 @@ sys.path[:0] = [str(REPO), str(HERE)]
 
 # The bootstrap's requests: two users, their inline policies, their access keys.
 BOOTSTRAP_CALLS = 6
-os.environ["INITIAL_NO_AUTH_ACTION_COUNT"] = str(BOOTSTRAP_CALLS)
 
 from iam_authorizer import AccessDenied, Authorizer, Call, Decision, evaluate, load_decisions  # noqa: E402
 
@@ -96,6 +95,11 @@ def moto_server(authorizer: Authorizer) -> Iterator[str]:
     from moto.server import ThreadedMotoServer
 
     logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one line per request otherwise
+    # moto reads INITIAL_NO_AUTH_ACTION_COUNT when it is imported: cmd_run sets it first. Checked, not assumed.
+    from moto import settings
+
+    if settings.INITIAL_NO_AUTH_ACTION_COUNT != BOOTSTRAP_CALLS:
+        raise RuntimeError("moto was imported before INITIAL_NO_AUTH_ACTION_COUNT was set: IAM would not be enforced")
     authorizer.install()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
@@ -423,6 +427,7 @@ def without(policy: dict[str, Any], sids: list[str]) -> dict[str, Any]:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    os.environ["INITIAL_NO_AUTH_ACTION_COUNT"] = str(BOOTSTRAP_CALLS)  # before anything imports moto
     policy = without(json.loads(POLICY.read_text()), args.without)
     if args.without:
         log(f"policy without {', '.join(args.without)}")

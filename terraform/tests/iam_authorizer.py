@@ -99,6 +99,8 @@ def _wildcard(pattern: str, flags: int = 0) -> re.Pattern[str]:
 
 def _condition_holds(condition: Mapping[str, Mapping[str, Any]], context: Mapping[str, str]) -> bool:
     for operator, entries in condition.items():
+        if operator not in ("StringEquals", "StringLike", "ArnLike"):
+            raise ValueError(f"condition operator {operator} is not evaluated here")
         for key, wanted in entries.items():
             value = context.get(key)
             if value is None:
