@@ -505,8 +505,11 @@ async def speak_all(
     flights: list[Flight],
     concurrency: int = 1,
     progress: Callable[[Outcome], None] | None = None,
+    retry_busy_s: float = 120.0,
 ) -> list[Outcome]:
-    """Each (route, case) spoken and judged, ``concurrency`` at a time, in order; ``progress`` sees each outcome."""
+    """Each (route, case) spoken and judged, ``concurrency`` at a time, in order; ``progress`` sees each outcome.
+    A server_busy refusal is retried each second for up to ``retry_busy_s``, as the server asks: the work a client
+    left behind may still fill the queue for a while, and the verdict wanted is on the text, not on admission."""
     gate = asyncio.Semaphore(concurrency)
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=0)
 
@@ -516,8 +519,13 @@ async def speak_all(
             async with gate:
                 flight = Flight(route, case, time.perf_counter())
                 flights.append(flight)
+                retry_until = time.perf_counter() + retry_busy_s
                 try:
-                    outcome = await speak(base_url, route, case, bounds, client)
+                    while True:
+                        outcome = await speak(base_url, route, case, bounds, client)
+                        if outcome.codes != [ErrorCode.SERVER_BUSY] or time.perf_counter() > retry_until:
+                            break
+                        await asyncio.sleep(1.0)
                 finally:
                     flight.end = time.perf_counter()
                 if progress is not None:

@@ -391,7 +391,7 @@ class Soak:
         outcomes = await speak_all(self.base, jobs, bounds, flights)
         burst = hostile_text.Bounds(bounds.first_base_s * 8, bounds.first_per_char_s * 8, bounds.rtf * 8)
         burst_jobs = hostile_text.rotate(hostile_text.burst_cases() * 4, routes, 1)
-        outcomes += await speak_all(self.base, burst_jobs, burst, flights, concurrency=8)
+        outcomes += await speak_all(self.base, burst_jobs, burst, flights, concurrency=8, retry_busy_s=0.0)
         failures = [o.line() for o in outcomes if o.problem]
         twins_refused = all(o.refused for o in outcomes if o.case == hostile_text.ASCII_TWIN)
         digit_names = {case.name for case in digits}
