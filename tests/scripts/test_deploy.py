@@ -986,7 +986,9 @@ async def run_script(argv: list[str], env: Mapping[str, str], cwd: Path) -> tupl
     process = await asyncio.create_subprocess_exec(
         *argv, cwd=cwd, env=dict(env), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT
     )
-    out, _ = await asyncio.wait_for(process.communicate(), 120)
+    # A bound against a hang, not a speed check: the whole deploy with its smoke tests of the real server and agent,
+    # on a shared 2-core machine.
+    out, _ = await asyncio.wait_for(process.communicate(), 360)
     assert process.returncode is not None
     return process.returncode, out.decode()
 
