@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from .errors import ErrorCode, TTSError
+from .errors import ErrorCode, TTSError, quoted
 
 SPEAK_PATH: Final = "/v1/speak"
 """Deepgram's path; on SageMaker's one path (``/invocations-bidirectional-stream``) the query selects it (below)."""
@@ -145,7 +145,7 @@ def parse_command(raw: str | bytes, max_bytes: int) -> Command:
     kind = value.get("type")
     if kind not in MESSAGE_TYPES:
         raise TTSError(
-            ErrorCode.UNKNOWN_TYPE, f"Unknown message type {kind!r}; use one of: {', '.join(MESSAGE_TYPES)}."
+            ErrorCode.UNKNOWN_TYPE, f"Unknown message type {quoted(kind)}; use one of: {', '.join(MESSAGE_TYPES)}."
         )
     if kind == "Speak":
         if "text" not in value:

@@ -69,4 +69,19 @@ class TTSError(Exception):
         return {"code": self.code.value, "message": self.message}
 
 
+QUOTE_LIMIT = 40  # characters of a client's value an error message quotes
+
+
+def quoted(value: object, limit: int = QUOTE_LIMIT) -> str:
+    """``value`` as an error message quotes it: its repr, cut to ``limit`` characters ("..." at the cut), so a
+    client's 60 KB string comes back as a short prefix. Every error that quotes a client's value goes through here."""
+    if isinstance(value, str | bytes) and len(value) > limit:
+        value = value[: limit + 1]  # repr of the prefix only: the cut below marks it, whatever the value's length
+    try:
+        text = repr(value)
+    except ValueError:  # an int past Python's digit limit for str()
+        return f"<a {type(value).__name__} too long to show>"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 INTERNAL_ERROR_MESSAGE = "The server failed to synthesize this request; it has been logged."

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Final
 
 from .audio import DEFAULT_FORMAT, SAMPLE_RATE
-from .errors import ErrorCode, TTSError
+from .errors import ErrorCode, TTSError, quoted
 
 PROTOCOL_VERSION: Final = 1
 WS_PATH: Final = "/invocations-bidirectional-stream"
@@ -268,7 +268,7 @@ def _command(message: dict[str, Any]) -> Command:
     if kind not in MESSAGE_TYPES:
         raise TTSError(
             ErrorCode.UNKNOWN_TYPE,
-            f"Unknown message type {kind!r}; use one of: {', '.join(MESSAGE_TYPES)}.",
+            f"Unknown message type {quoted(kind)}; use one of: {', '.join(MESSAGE_TYPES)}.",
         )
     if kind == "synthesize":
         if "text" not in message:

@@ -6,18 +6,25 @@ stream, so its filter state carries across chunk seams: the stream sounds as if 
 few samples of delay come out at ``finish``). WAV gets the streaming header OpenAI's speech API sends and FFmpeg
 writes to a pipe: the canonical 44 bytes with the RIFF and data sizes 0xFFFFFFFF ("unknown: read to the end"), no
 LIST chunk (docs/protocol.md says why). Ogg pages are cut every 20 ms so Opus does not wait for a full page.
+
+Routes encode through ``OffLoopEncoder``: resampling and encoding (tens of milliseconds a chunk for AAC at 48 kHz)
+run in the encoding threads, so the event loop, and /ping with it, never waits for them.
 """
 
 from __future__ import annotations
 
+import asyncio
 import io
+import os
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Protocol
 
 import av
 import numpy as np
 from kokoro_client.audio import SAMPLE_RATE, SAMPLE_RATES, TELEPHONY_RATE
-from kokoro_client.errors import ErrorCode, TTSError
+from kokoro_client.errors import ErrorCode, TTSError, quoted
 
 _G711_RATES = (TELEPHONY_RATE, 16_000)
 _OPUS_RATES = (8_000, 16_000, 24_000, 48_000)  # what libopus encodes; 22.05 and 44.1 kHz are not among them
@@ -62,7 +69,7 @@ def audio_format(name: object) -> AudioFormat:
     if not isinstance(name, str) or name.lower() not in FORMATS:
         raise TTSError(
             ErrorCode.UNSUPPORTED_FORMAT,
-            f"Unsupported audio format {name!r}; use one of: {', '.join(FORMATS)}.",
+            f"Unsupported audio format {quoted(name)}; use one of: {', '.join(FORMATS)}.",
         )
     return FORMATS[name.lower()]
 
@@ -72,10 +79,10 @@ def output_rate(fmt: AudioFormat, rate: object = None) -> int:
     if rate is None:
         return fmt.default_rate
     if isinstance(rate, bool) or not isinstance(rate, int) or rate not in fmt.rates:
-        shown = repr(rate) if len(repr(rate)) <= 40 else repr(rate)[:37] + "..."
         raise TTSError(
             ErrorCode.UNSUPPORTED_SAMPLE_RATE,
-            f"'sample_rate' {shown} is not one {fmt.name} is sent at; use one of: {', '.join(map(str, fmt.rates))}.",
+            f"'sample_rate' {quoted(rate)} is not one {fmt.name} is sent at; "
+            f"use one of: {', '.join(map(str, fmt.rates))}.",
         )
     return rate
 
@@ -209,6 +216,40 @@ def make_encoder(fmt: AudioFormat, sample_rate: int = SAMPLE_RATE) -> StreamEnco
     if fmt.codec is not None:
         return RawCodecEncoder(fmt, sample_rate)
     return RawPCMEncoder(sample_rate)
+
+
+# Threads for every stream's encoding, server-wide: one per core (a stream's calls run one at a time, in order).
+_ENCODING = ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 2), thread_name_prefix="encode")
+
+
+class OffLoopEncoder[E: StreamEncoder]:
+    """A stream's encoder, made and run in the encoding threads: ``await encode(pcm)``, then ``await finish()``.
+    ``make`` builds the encoder (opening a codec takes a while too) on the first call."""
+
+    def __init__(self, make: Callable[[], E]) -> None:
+        self._make = make
+        self._encoder: E | None = None
+
+    @property
+    def encoder(self) -> E | None:
+        """The encoder, once the first call has made it."""
+        return self._encoder
+
+    def _made(self) -> E:
+        if self._encoder is None:
+            self._encoder = self._make()
+        return self._encoder
+
+    async def encode(self, pcm: np.ndarray) -> bytes:
+        return await asyncio.get_running_loop().run_in_executor(_ENCODING, lambda: self._made().encode(pcm))
+
+    async def finish(self) -> bytes:
+        return await asyncio.get_running_loop().run_in_executor(_ENCODING, lambda: self._made().finish())
+
+
+def off_loop_encoder(fmt: AudioFormat, sample_rate: int = SAMPLE_RATE) -> OffLoopEncoder[StreamEncoder]:
+    """``make_encoder(fmt, sample_rate)``, run off the event loop."""
+    return OffLoopEncoder(lambda: make_encoder(fmt, sample_rate))
 
 
 def float_to_pcm16(audio: np.ndarray) -> np.ndarray:

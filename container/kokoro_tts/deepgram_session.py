@@ -42,7 +42,7 @@ from kokoro_client.deepgram import (
     encode,
     parse_command,
 )
-from kokoro_client.errors import ErrorCode, TTSError
+from kokoro_client.errors import ErrorCode, TTSError, quoted
 from kokoro_client.protocol import CLOSE_GOING_AWAY, SynthesisComplete
 
 from .audio import AudioFormat, audio_format, output_rate
@@ -67,7 +67,7 @@ class SpeakOptions:
         if encoding not in ENCODINGS:
             raise TTSError(
                 ErrorCode.UNSUPPORTED_FORMAT,
-                f"'encoding' {encoding[:40]!r} is not one this route sends; use one of: {', '.join(ENCODINGS)}.",
+                f"'encoding' {quoted(encoding)} is not one this route sends; use one of: {', '.join(ENCODINGS)}.",
             )
         fmt = audio_format(ENCODINGS[encoding])
         rate = query.get("sample_rate")

@@ -18,12 +18,12 @@ from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any
 
-from kokoro_client.errors import INTERNAL_ERROR_MESSAGE, ErrorCode, TTSError
+from kokoro_client.errors import INTERNAL_ERROR_MESSAGE, ErrorCode, TTSError, quoted
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from . import metrics
-from .audio import AudioFormat, audio_format, make_encoder, output_rate
+from .audio import AudioFormat, audio_format, off_loop_encoder, output_rate
 from .engine import AudioChunk, SpeechRequest, TTSEngine
 from .scheduler import Interrupted, unless
 
@@ -145,7 +145,7 @@ def _invocation_fields(request: Request, body: bytes) -> dict[str, Any]:
         return {"text": _utf8(body)}
     raise TTSError(
         ErrorCode.UNSUPPORTED_MEDIA_TYPE,
-        f"Content-Type {content_type!r} is not supported; send application/json or text/plain.",
+        f"Content-Type {quoted(content_type)} is not supported; send application/json or text/plain.",
     )
 
 
@@ -310,10 +310,10 @@ async def first_then(first: AudioChunk, rest: AsyncGenerator[AudioChunk]) -> Asy
 async def _encoded(
     first: AudioChunk, rest: AsyncGenerator[AudioChunk], fmt: AudioFormat, sample_rate: int
 ) -> AsyncIterator[bytes]:
-    encoder = make_encoder(fmt, sample_rate)
+    encoder = off_loop_encoder(fmt, sample_rate)
     async with aclosing(first_then(first, rest)) as chunks:
         async for chunk in chunks:
-            if data := encoder.encode(chunk.pcm):
+            if data := await encoder.encode(chunk.pcm):
                 yield data
-    if data := encoder.finish():
+    if data := await encoder.finish():
         yield data

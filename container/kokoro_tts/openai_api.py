@@ -19,14 +19,14 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
-from kokoro_client.errors import INTERNAL_ERROR_MESSAGE, ErrorCode, TTSError
+from kokoro_client.errors import INTERNAL_ERROR_MESSAGE, ErrorCode, TTSError, quoted
 from kokoro_client.protocol import WordTiming
 from sse_starlette import JSONServerSentEvent
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from . import metrics
-from .audio import AudioFormat, audio_format, make_encoder, output_rate
+from .audio import AudioFormat, OffLoopEncoder, audio_format, make_encoder, output_rate
 from .backends.stages import SAMPLES_PER_FRAME
 from .engine import AudioChunk, SpeechRequest, TTSEngine
 from .http_api import GONE, ClientGone, Render, engine_of, first_then, json_body, read_body, stream_speech
@@ -104,38 +104,67 @@ def error_response(error: TTSError) -> JSONResponse:
 
 
 @dataclass(frozen=True)
-class _SpeechParams:
+class SpeechBody:
+    """The fields of OpenAI's speech body, checked: what /v1/audio/speech and /dev/captioned_speech both read."""
+
     speech: SpeechRequest
     fmt: AudioFormat
     tempo: float  # the time-stretch after the model (1.0: none)
-    sse: bool
     sample_rate: int  # an extension to OpenAI's fields, as on every route here: 8 to 48 kHz
-    word_timestamps: bool  # an extension: SSE only, ``speech.audio.words`` events before the audio they time
+    input_chars: int  # the characters of ``input`` as sent (usage.input_tokens)
+
+    @property
+    def content_type(self) -> str:
+        return self.fmt.content_type(self.sample_rate)
+
+    def output(self) -> Output:
+        """A fresh encoder for this body's audio (stretched, resampled and encoded off the event loop)."""
+        return OffLoopEncoder(lambda: _Output(self.fmt, self.tempo, self.sample_rate))
 
 
-def _speech_params(engine: TTSEngine, fields: dict[str, Any]) -> _SpeechParams:
-    fields = {name: value for name, value in fields.items() if value is not None}  # null: the default, as omitted
+def speech_body(engine: TTSEngine, fields: dict[str, Any]) -> SpeechBody:
+    """OpenAI's speech fields (``model``, ``input``, ``voice``, ``speed``, ``response_format``, ``sample_rate``)
+    checked; null is the default, as if omitted. Fields a route adds are the route's to check."""
+    fields = without_nulls(fields)
     model = fields.get("model", "kokoro")
     if not isinstance(model, str):
         raise _FieldError(ErrorCode.INVALID_MESSAGE, "'model' must be a string such as 'kokoro'.", "model")
     _check_model(model)
-    stream_format = fields.get("stream_format", "audio")
-    if stream_format not in STREAM_FORMATS:
-        raise _FieldError(
-            ErrorCode.UNSUPPORTED_FORMAT,
-            f"Unsupported stream_format {stream_format!r}; use 'audio' or 'sse'.",
-            "stream_format",
-        )
     speed = fields.get("speed", 1.0)
     # Compared before float(): a 400-digit integer is a bad speed, not an OverflowError.
     if isinstance(speed, bool) or not isinstance(speed, int | float) or not MIN_SPEED <= speed <= MAX_SPEED:
-        shown = repr(speed) if len(repr(speed)) <= 40 else repr(speed)[:37] + "..."
         raise TTSError(
-            ErrorCode.INVALID_SPEED, f"'speed' must be a number from {MIN_SPEED} to {MAX_SPEED}, not {shown}."
+            ErrorCode.INVALID_SPEED, f"'speed' must be a number from {MIN_SPEED} to {MAX_SPEED}, not {quoted(speed)}."
         )
     model_speed, tempo = split_speed(float(speed), engine.settings.min_speed, engine.settings.max_speed)
     speech = engine.request(fields.get("input"), voice_spec(fields.get("voice")), model_speed)
     fmt = audio_format(fields.get("response_format", "mp3"))
+    rate = output_rate(fmt, fields.get("sample_rate"))
+    input_chars = len(speech_input) if isinstance(speech_input := fields.get("input"), str) else 0
+    return SpeechBody(speech, fmt, tempo, rate, input_chars)
+
+
+def without_nulls(fields: dict[str, Any]) -> dict[str, Any]:
+    return {name: value for name, value in fields.items() if value is not None}
+
+
+@dataclass(frozen=True)
+class _SpeechParams:
+    body: SpeechBody
+    sse: bool
+    word_timestamps: bool  # an extension: SSE only, ``speech.audio.words`` events before the audio they time
+
+
+def _speech_params(engine: TTSEngine, fields: dict[str, Any]) -> _SpeechParams:
+    body = speech_body(engine, fields)
+    fields = without_nulls(fields)
+    stream_format = fields.get("stream_format", "audio")
+    if stream_format not in STREAM_FORMATS:
+        raise _FieldError(
+            ErrorCode.UNSUPPORTED_FORMAT,
+            f"Unsupported stream_format {quoted(stream_format)}; use 'audio' or 'sse'.",
+            "stream_format",
+        )
     word_timestamps = fields.get("word_timestamps", False)
     if not isinstance(word_timestamps, bool):
         raise _FieldError(ErrorCode.INVALID_MESSAGE, "'word_timestamps' must be true or false.", "word_timestamps")
@@ -145,8 +174,7 @@ def _speech_params(engine: TTSEngine, fields: dict[str, Any]) -> _SpeechParams:
             "'word_timestamps' needs stream_format 'sse' (or POST /dev/captioned_speech).",
             "word_timestamps",
         )
-    rate = output_rate(fmt, fields.get("sample_rate"))
-    return _SpeechParams(speech, fmt, tempo, stream_format == "sse", rate, word_timestamps)
+    return _SpeechParams(body, stream_format == "sse", word_timestamps)
 
 
 def voice_spec(voice: object) -> object:
@@ -162,9 +190,10 @@ async def speech(request: Request) -> Response:
     try:
         engine = engine_of(request)
         params = _speech_params(engine, json_body(await read_body(request, engine)))
-        media_type = "text/event-stream" if params.sse else params.fmt.content_type(params.sample_rate)
-        headers = {"X-Sample-Rate": str(params.sample_rate)}
-        return await stream_speech(request, engine, params.speech, _render(params), media_type, headers)
+        body = params.body
+        media_type = "text/event-stream" if params.sse else body.content_type
+        headers = {"X-Sample-Rate": str(body.sample_rate)}
+        return await stream_speech(request, engine, body.speech, _render(params), media_type, headers)
     except TTSError as error:
         metrics.error("openai", error.code)
         return error_response(error)
@@ -174,24 +203,25 @@ async def speech(request: Request) -> Response:
 
 def _render(params: _SpeechParams) -> Render:
     def render(first: AudioChunk, rest: AsyncGenerator[AudioChunk]) -> AsyncIterator[bytes]:
-        output = _Output(params.fmt, params.tempo, params.sample_rate)
+        output = params.body.output()
         if params.sse:
-            usage = _Usage(input_tokens=len(params.speech.text))
-            return _sse_events(first, rest, output, usage, params.word_timestamps, params.tempo)
+            usage = _Usage(input_tokens=params.body.input_chars)
+            return _sse_events(first, rest, output, usage, params.word_timestamps, params.body.tempo)
         return _audio(first, rest, output)
 
     return render
 
 
 class _Output:
-    """PCM → the time-stretch (if any) → the requested container, chunk by chunk."""
+    """PCM → the time-stretch (if any) → the requested container, chunk by chunk (run off the loop: a stretch to
+    0.25 and AAC at 48 kHz are the costliest output there is)."""
 
     def __init__(self, fmt: AudioFormat, tempo: float, sample_rate: int) -> None:
         self._encoder = make_encoder(fmt, sample_rate)
         self._stretcher = TempoStretcher(tempo) if tempo != 1.0 else None
         self.model_samples = 0  # before the stretch: what the model made
 
-    def push(self, pcm: np.ndarray) -> bytes:
+    def encode(self, pcm: np.ndarray) -> bytes:
         self.model_samples += pcm.size
         return self._encoder.encode(self._stretcher.process(pcm) if self._stretcher else pcm)
 
@@ -200,12 +230,15 @@ class _Output:
         return tail + self._encoder.finish()
 
 
-async def _audio(first: AudioChunk, rest: AsyncGenerator[AudioChunk], output: _Output) -> AsyncIterator[bytes]:
+Output = OffLoopEncoder[_Output]
+
+
+async def _audio(first: AudioChunk, rest: AsyncGenerator[AudioChunk], output: Output) -> AsyncIterator[bytes]:
     async with aclosing(first_then(first, rest)) as chunks:
         async for chunk in chunks:
-            if data := output.push(chunk.pcm):
+            if data := await output.encode(chunk.pcm):
                 yield data
-    if data := output.finish():
+    if data := await output.finish():
         yield data
 
 
@@ -214,7 +247,7 @@ async def _audio(first: AudioChunk, rest: AsyncGenerator[AudioChunk], output: _O
 
 @dataclass
 class _Usage:
-    """OpenAI counts tokens; Kokoro's nearest units: the characters of text it read (after cleaning) and the
+    """OpenAI counts tokens; Kokoro's nearest units: the characters of ``input`` as the client sent them and the
     25 ms frames its decoder made (before any time-stretch)."""
 
     input_tokens: int
@@ -241,22 +274,22 @@ def audio_words(words: tuple[WordTiming, ...], tempo: float) -> dict[str, Any]:
     return {"type": "speech.audio.words", "words": timed}
 
 
-def _chunk_events(chunk: AudioChunk, output: _Output, words: bool, tempo: float) -> list[dict[str, Any]]:
+async def _chunk_events(chunk: AudioChunk, output: Output, words: bool, tempo: float) -> list[dict[str, Any]]:
     """The events one synthesized chunk adds to the stream: its words (if asked for), then its audio (what the
     encoder has ready)."""
     events = [audio_words(chunk.words, tempo)] if words and chunk.words else []
-    if data := output.push(chunk.pcm):
+    if data := await output.encode(chunk.pcm):
         events.append(audio_delta(data))
     return events
 
 
 async def _sse_events(
-    first: AudioChunk, rest: AsyncGenerator[AudioChunk], output: _Output, usage: _Usage, words: bool, tempo: float
+    first: AudioChunk, rest: AsyncGenerator[AudioChunk], output: Output, usage: _Usage, words: bool, tempo: float
 ) -> AsyncIterator[bytes]:
     try:
         async with aclosing(first_then(first, rest)) as chunks:
             async for chunk in chunks:
-                for event in _chunk_events(chunk, output, words, tempo):
+                for event in await _chunk_events(chunk, output, words, tempo):
                     yield _encode(event)
     except TTSError as error:  # the response has started: the error travels as the stream's last event
         yield _encode({"type": "error", "error": openai_error(error)})
@@ -267,9 +300,10 @@ async def _sse_events(
             {"type": "error", "error": openai_error(TTSError(ErrorCode.INTERNAL_ERROR, INTERNAL_ERROR_MESSAGE))}
         )
         return
-    if data := output.finish():
+    if data := await output.finish():
         yield _encode(audio_delta(data))
-    usage.output_tokens = math.ceil(output.model_samples / SAMPLES_PER_FRAME)
+    model_samples = output.encoder.model_samples if output.encoder else 0
+    usage.output_tokens = math.ceil(model_samples / SAMPLES_PER_FRAME)
     yield _encode(audio_done(usage))
 
 
@@ -298,7 +332,7 @@ def _check_model(model_id: str) -> None:
     if model_id not in MODELS:
         raise TTSError(
             ErrorCode.UNKNOWN_MODEL,
-            f"The model {model_id[:100]!r} does not exist here; use one of: {', '.join(MODELS)} (all Kokoro-82M).",
+            f"The model {quoted(model_id)} does not exist here; use one of: {', '.join(MODELS)} (all Kokoro-82M).",
         )
 
 

@@ -42,7 +42,7 @@ from kokoro_client.protocol import (
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from . import metrics
-from .audio import AudioFormat, audio_format, make_encoder, output_rate
+from .audio import AudioFormat, audio_format, off_loop_encoder, output_rate
 from .engine import SpeechRequest, TTSEngine
 from .hypercorn_hardening import OVERSIZE_KEY
 from .scheduler import Interrupted, unless
@@ -266,7 +266,7 @@ class BidiSession:
             raise
 
     async def _speak_one_counted(self, utterance: Utterance) -> None:
-        encoder = make_encoder(utterance.format, utterance.sample_rate)
+        encoder = off_loop_encoder(utterance.format, utterance.sample_rate)
         sent_bytes, audio_ms, synth_ms, started, first_audio_s = 0, 0.0, 0.0, False, None
         loop = asyncio.get_running_loop()
         async with aclosing(self._engine.stream(utterance.request, due=self._played_until)) as stream:
@@ -293,7 +293,7 @@ class BidiSession:
                     started = True
                 if utterance.word_timestamps and chunk.words:
                     await self._send_frame(Words(utterance.id, chunk.words))
-                data = encoder.encode(chunk.pcm)
+                data = await encoder.encode(chunk.pcm)
                 if data:
                     await self._send_bytes(data)
                 self._played_until = max(self._played_until, loop.time()) + chunk.audio_ms / 1000.0
@@ -311,7 +311,7 @@ class BidiSession:
                 utterance.id,
             )
             return
-        tail = encoder.finish()
+        tail = await encoder.finish()
         if tail:
             await self._send_bytes(tail)
             sent_bytes += len(tail)

@@ -226,3 +226,12 @@ async def test_shutdown_stops_the_session_with_an_error_and_1001(server: Any) ->
             while True:
                 assert isinstance(await next_message(ws, 30), bytes)
         assert closed.value.rcvd is not None and closed.value.rcvd.code == 1001
+
+
+async def test_a_warning_quotes_a_long_type_cut_short(server: Any) -> None:
+    async with connect(url(server), max_size=None) as ws:
+        await opened(ws)
+        await ws.send(json.dumps({"type": "S" * 60_000}))
+        warning, _, _ = await until(ws, "Warning", 30)
+        assert warning["code"] == "unknown_type" and "'SSSSSSSSSS" in warning["description"]
+        assert len(json.dumps(warning)) < 600, warning

@@ -296,3 +296,32 @@ def test_sse_word_timestamps_are_opt_in_and_precede_their_audio(server: Any) -> 
     assert {e["type"] for e in sse_events(plain.text)} == {"speech.audio.delta", "speech.audio.done"}
     refused = httpx.post(f"{server.base_url}/v1/audio/speech", json={**request, "stream_format": "audio"}, timeout=10)
     assert refused.status_code == 400 and refused.json()["error"]["param"] == "word_timestamps"
+
+
+LONG = "x" * 60_000  # a client's 60 KB string: errors quote a short prefix of it, never all of it
+
+
+@pytest.mark.parametrize(
+    ("field", "code"),
+    [
+        ("response_format", "unsupported_format"),
+        ("stream_format", "unsupported_format"),
+        ("model", "unknown_model"),
+        ("speed", "invalid_speed"),
+        ("sample_rate", "unsupported_sample_rate"),
+    ],
+)
+def test_errors_quote_a_client_s_long_string_cut_short(server: Any, field: str, code: str) -> None:
+    response = httpx.post(f"{server.base_url}/v1/audio/speech", json={"input": "hi", field: LONG}, timeout=60)
+    error = response.json()["error"]
+    assert error["code"] == code
+    assert len(response.content) < 600 and "'xxxxxxxxxx" in error["message"], error["message"]
+
+
+def test_usage_counts_the_characters_of_input_as_sent(server: Any) -> None:
+    text = "Hi there 🙂🙂, friend\u0001!"  # emoji and a control character: dropped before speech, counted here
+    body = {"input": text, "stream_format": "sse", "response_format": "pcm"}
+    response = httpx.post(f"{server.base_url}/v1/audio/speech", json=body, timeout=120)
+    events = [json.loads(line[6:]) for line in response.text.splitlines() if line.startswith("data: ")]
+    assert events[-1]["type"] == "speech.audio.done"
+    assert events[-1]["usage"]["input_tokens"] == len(text)

@@ -130,3 +130,11 @@ async def _assert_still_speaks(ws: Any, drain: bool = False) -> None:
     if not drain:
         assert [f["type"] for f in transcript.json_frames()] == ["synthesis_start", "synthesis_complete"]
     assert len(transcript.utterances()["check"].audio) > 0
+
+
+async def test_an_error_quotes_a_long_type_cut_short(server: Any) -> None:
+    async with connect(server.ws_url, max_size=None) as ws:
+        await ws.send(json.dumps({"type": "s" * 60_000}))
+        error = json.loads(await asyncio.wait_for(ws.recv(), 30))
+        assert error["type"] == "error" and error["code"] == "unknown_type" and "'ssssssssss" in error["message"]
+        assert len(json.dumps(error)) < 600, error
