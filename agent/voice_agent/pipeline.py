@@ -25,7 +25,6 @@ from collections.abc import AsyncGenerator, AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
-from kokoro_client.audio import SAMPLE_RATE
 from kokoro_client.chunker import IncrementalSentenceChunker
 from kokoro_client.errors import ErrorCode as TTSErrorCode
 from kokoro_client.errors import TTSError
@@ -41,7 +40,8 @@ from kokoro_client.session import (
 )
 from kokoro_client.utterances import UtteranceReader
 
-from .events import ErrorCode, Event, Events, Metrics, pcm_ms
+from .audio_length import AudioLength, default_rate
+from .events import ErrorCode, Event, Events, Metrics
 
 log = logging.getLogger(__name__)
 
@@ -397,13 +397,16 @@ async def _batch(run: _Run, source: TextSource, batch: BatchTTS) -> None:
             raise
     pending = bytearray()
     seq = n_bytes = 0
+    rate = default_rate(fmt)  # the batch request names no rate: the server sends the format's own
+    length = AudioLength(fmt, rate)
     try:
         while data is not None:
+            length.feed(data)
             pending += data
             # HTTP cuts the body anywhere: keep PCM chunks to whole 16-bit samples so each decodes alone.
             cut = len(pending) - len(pending) % 2 if fmt == "pcm" else len(pending)
             if cut:
-                await run.post(events.audio_chunk(bytes(pending[:cut]), fmt, SAMPLE_RATE, 0, seq))
+                await run.post(events.audio_chunk(bytes(pending[:cut]), fmt, rate, 0, seq))
                 del pending[:cut]
                 seq += 1
                 n_bytes += cut
@@ -415,7 +418,7 @@ async def _batch(run: _Run, source: TextSource, batch: BatchTTS) -> None:
         await _aclose(stream)
     if n_bytes == 0:
         raise _Fail(ErrorCode.TTS_ERROR, "the TTS server answered with no audio")
-    await run.post(events.sentence_complete(0, pcm_ms(n_bytes, SAMPLE_RATE) if fmt == "pcm" else 0.0))
+    await run.post(events.sentence_complete(0, length.ms()))
 
 
 async def _read_batch(stream: AsyncIterator[bytes], options: PipelineOptions) -> bytes | None:

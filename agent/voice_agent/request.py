@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kokoro_client.audio import FORMAT_NAMES, MAX_SPEED, MIN_SPEED
+from kokoro_client.errors import quoted
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -59,7 +60,7 @@ def parse_request(payload: object, settings: AgentSettings) -> VoiceRequest:
         raise RequestError(ErrorCode.PROMPT_TOO_LONG, f"'prompt' is over {settings.max_prompt_chars} characters")
     mode = payload.get("mode", "bidi")
     if mode not in MODES:
-        raise RequestError(ErrorCode.UNKNOWN_MODE, f"'mode' must be one of {', '.join(MODES)}, not {mode!r}")
+        raise RequestError(ErrorCode.UNKNOWN_MODE, f"'mode' must be one of {', '.join(MODES)}, not {quoted(mode)}")
     speed = payload.get("speed", settings.speed)
     if speed is not None and (
         isinstance(speed, bool) or not isinstance(speed, int | float) or not MIN_SPEED <= speed <= MAX_SPEED

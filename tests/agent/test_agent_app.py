@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -110,6 +111,7 @@ def test_bidi_speaks_before_the_llm_is_done_and_batch_after(replies: dict[str, l
         ({"prompt": "   "}, "empty_prompt"),
         ({"mode": "bidi"}, "empty_prompt"),
         ({"prompt": "Hi", "mode": "stream"}, "unknown_mode"),
+        ({"prompt": "Hi", "mode": "m" * 60_000}, "unknown_mode"),  # quoted cut short, not echoed whole
         ({"prompt": "Hi", "speed": 9}, "invalid_speed"),
         ({"prompt": 42}, "invalid_request"),
         ([1, 2], "invalid_request"),
@@ -118,6 +120,7 @@ def test_bidi_speaks_before_the_llm_is_done_and_batch_after(replies: dict[str, l
 async def test_bad_requests_end_in_one_error_event(agent: AgentServer, payload: Any, code: str) -> None:
     events = await invoke(agent.url, payload, timeout_s=10)
     assert types(events) == ["error"] and events[0]["code"] == code
+    assert len(json.dumps(events[0])) < 600, events[0]
 
 
 @pytest.mark.parametrize("mode", ["bidi", "batch"])
@@ -180,3 +183,16 @@ async def test_a_caller_leaving_stops_the_llm_and_the_tts_session(
         assert record.cancelled and not record.completed
         if mode == "bidi":
             await wait_for(lambda: tts_sessions["ended"] == tts_sessions["started"] == 1, message="the TTS session")
+
+
+@pytest.mark.parametrize("fmt", ["mulaw", "alaw", "wav_mulaw", "wav", "mp3"])
+async def test_batch_audio_says_its_rate_and_length_in_every_format(
+    agent: AgentServer, replies: dict[str, list[Event]], fmt: str
+) -> None:
+    events = await invoke(agent.url, {"prompt": "Say hello.", "mode": "batch", "format": fmt})
+    assert events[-1]["type"] == "agent_end", events[-1]
+    rates = {event["sample_rate"] for event in events if event["type"] == "audio_chunk"}
+    assert rates == {8000 if fmt in ("mulaw", "alaw", "wav_mulaw") else 24_000}
+    pcm_ms = replies["batch"][-1]["metrics"]["audio_ms"]  # the same reply as pcm: its length, counted exactly
+    assert pcm_ms > 500
+    assert abs(events[-1]["metrics"]["audio_ms"] - pcm_ms) < 0.02 * pcm_ms + 100, (events[-1]["metrics"], pcm_ms)
