@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -158,7 +159,10 @@ def deployed(args: argparse.Namespace) -> None:
         source == {"S3Uri": shared["weights_s3_uri"], "S3DataType": "S3Prefix", "CompressionType": "None"},
         "model reads the uncompressed weight prefix",
     )
-    check(container["Environment"].get("KOKORO_BACKEND") == "torch", "container gets KOKORO_BACKEND=torch")
+    # The module's rule: torch on a GPU type (ml.g*, ml.p*), onnx on any other (moto's runs are CPU types).
+    gpu = re.match(r"ml\.[gp][0-9]", args.instance_type) is not None
+    backend = "torch" if gpu else "onnx"
+    check(container["Environment"].get("KOKORO_BACKEND") == backend, f"container gets KOKORO_BACKEND={backend}")
     check(model["ExecutionRoleArn"] == outputs["sagemaker_role_arn"], "model runs as the SageMaker role")
 
     iam = client(args.endpoint, "iam")
