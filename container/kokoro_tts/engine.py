@@ -133,6 +133,9 @@ class TTSEngine:
         self.decoder_speed = DecoderSpeed()
         self.input_speed = DecoderSpeed()
         self._utterances = itertools.count(1)  # names each stream's jobs in the scheduler's history: "u7 window 2"
+        # Text is made in pure Python, which holds the GIL: one thread for it, so a burst of long texts is a queue
+        # there, not a crowd of threads the event loop must win the GIL from for every /ping.
+        self._text_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kokoro-text")
 
     @property
     def windowed(self) -> bool:
@@ -152,6 +155,7 @@ class TTSEngine:
 
     async def stop(self) -> None:
         await self.scheduler.stop()
+        self._text_thread.shutdown(wait=False, cancel_futures=True)
 
     def warm_up(self) -> None:
         """Build the default language's G2P and run the model once, so the first request is not the slow one."""
@@ -226,7 +230,7 @@ class TTSEngine:
         loop = asyncio.get_running_loop()
         tag = f"u{next(self._utterances)}"
         # Cleaning, normalizing, their maps and the chunking: linear, but off the loop all the same.
-        texts = deque(await asyncio.to_thread(self._text_chunks, request))
+        texts = deque(await loop.run_in_executor(self._text_thread, self._text_chunks, request))
         batches: deque[tuple[str, TokenBatch]] = deque()  # phonemized, not yet synthesized
         decoding: _Decoding | None = None  # the batch whose windows are being decoded
         cursor = TextCursor(request.text, request.source)
