@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from functools import cached_property, partial
 
 import numpy as np
-from kokoro_client.errors import ErrorCode, TTSError
+from kokoro_client.errors import ErrorCode, TTSError, quoted
 from kokoro_client.protocol import WordTiming
 
 from .audio import SAMPLE_RATE, float_to_pcm16
@@ -208,7 +208,8 @@ class TTSEngine:
         if not np.isfinite(resolved.pack).all() or not resolved.pack.any():
             raise TTSError(
                 ErrorCode.INVALID_VOICE,
-                f"The blend {spec!r} has weights too large to mix; use weights such as 'af_heart:0.7,af_bella:0.3'.",
+                f"The blend {quoted(spec)} has weights too large to mix; "
+                "use weights such as 'af_heart:0.7,af_bella:0.3'.",
             )
         self.phonemizer.check_language(resolved.lang)
         return resolved
@@ -219,8 +220,7 @@ class TTSEngine:
         lo, hi = self.settings.min_speed, self.settings.max_speed
         # Compared before float(): a 400-digit integer is a bad speed, not an OverflowError.
         if isinstance(speed, bool) or not isinstance(speed, int | float) or not lo <= speed <= hi:
-            shown = repr(speed) if len(repr(speed)) <= 40 else repr(speed)[:37] + "..."
-            raise TTSError(ErrorCode.INVALID_SPEED, f"'speed' must be a number from {lo} to {hi}, not {shown}.")
+            raise TTSError(ErrorCode.INVALID_SPEED, f"'speed' must be a number from {lo} to {hi}, not {quoted(speed)}.")
         return float(speed)
 
     async def stream(self, request: SpeechRequest, due: float | None = None) -> AsyncGenerator[AudioChunk]:

@@ -8,7 +8,7 @@ import threading
 from dataclasses import dataclass
 
 import numpy as np
-from kokoro_client.errors import ErrorCode, TTSError
+from kokoro_client.errors import ErrorCode, TTSError, quoted
 
 from .phonemes import LANGUAGE_NAMES, check_language
 from .weights.layout import WeightLayout
@@ -64,7 +64,7 @@ class VoiceBank:
             if name not in self._names:
                 raise TTSError(
                     ErrorCode.UNKNOWN_VOICE,
-                    f"Unknown voice {name!r}. Available voices: {', '.join(self.names)}.",
+                    f"Unknown voice {quoted(name)}. Available voices: {', '.join(self.names)}.",
                 )
             check_language(name[0])  # every part of a blend, not only the first, which names its language
         total = sum(weight for _, weight in parts)
@@ -87,7 +87,7 @@ def _parse_blend(spec: str) -> list[tuple[str, float]]:
     if "+" in spec and ("," in spec or ":" in spec):
         raise TTSError(
             ErrorCode.INVALID_VOICE,
-            f"{spec!r} mixes two blend syntaxes; write 'af_heart:0.7,af_bella:0.3' or 'af_heart(7)+af_bella(3)'.",
+            f"{quoted(spec)} mixes two blend syntaxes; write 'af_heart:0.7,af_bella:0.3' or 'af_heart(7)+af_bella(3)'.",
         )
     if "+" in spec or "(" in spec:
         parts = [_plus_part(item, spec) for item in spec.split("+")]
@@ -113,7 +113,7 @@ def _checked_name(name: str) -> str:
     if not _NAME.fullmatch(name):
         raise TTSError(
             ErrorCode.INVALID_VOICE,
-            f"{name!r} is not a voice name; voices look like 'af_heart', blends like 'af_heart:0.7,af_bella:0.3' "
+            f"{quoted(name)} is not a voice name; voices look like 'af_heart', blends like 'af_heart:0.7,af_bella:0.3' "
             "or 'af_heart(7)+af_bella(3)'.",
         )
     return name
@@ -124,6 +124,6 @@ def _weight(text: str, spec: str, example: str) -> float:
     if not weight > 0 or weight == float("inf"):
         raise TTSError(
             ErrorCode.INVALID_VOICE,
-            f"Voice weight {text!r} in {spec!r} must be a positive number, as in {example}.",
+            f"Voice weight {quoted(text)} in {quoted(spec)} must be a positive number, as in {example}.",
         )
     return weight

@@ -309,6 +309,7 @@ LONG = "x" * 60_000  # a client's 60 KB string: errors quote a short prefix of i
         ("model", "unknown_model"),
         ("speed", "invalid_speed"),
         ("sample_rate", "unsupported_sample_rate"),
+        ("voice", "invalid_voice"),
     ],
 )
 def test_errors_quote_a_client_s_long_string_cut_short(server: Any, field: str, code: str) -> None:
