@@ -15,6 +15,7 @@ from collections.abc import Iterator
 import pytest
 from conftest import RunningServer
 from kokoro_client import logs
+from support.log_capture import captured_log
 
 FORGED = "2026-12-02 07:00:00,000 CRITICAL kokoro_tts.app forged"
 # What a client may send: a line break, a carriage return, an escape sequence, Unicode's line separator and a
@@ -34,19 +35,8 @@ def _assert_no_forged_line(output: str) -> None:
 @pytest.fixture
 def text_log() -> Iterator[io.StringIO]:
     """The root logger's lines, as `serve` writes them with LOG_FORMAT=text, while the test runs."""
-    stream = io.StringIO()
-    handler = logging.StreamHandler(stream)
-    handler.setFormatter(logs.formatter("text"))
-    handler.addFilter(logs.IdsFilter())
-    root = logging.getLogger()
-    level = root.level
-    root.addHandler(handler)
-    root.setLevel(logging.INFO)
-    try:
+    with captured_log("text") as stream:
         yield stream
-    finally:
-        root.removeHandler(handler)
-        root.setLevel(level)
 
 
 def _raw_get(port: int, target: str) -> bytes:

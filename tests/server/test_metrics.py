@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import io
 import json
-import logging
 import os
 import signal
 import subprocess
@@ -18,9 +17,9 @@ from typing import Any
 
 import httpx
 import pytest
-from kokoro_client import logs
 from kokoro_client.protocol import Close, Synthesize, encode
 from prometheus_client.parser import text_string_to_metric_families
+from support.log_capture import captured_log
 from support.scrape import scrape, value
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
@@ -142,19 +141,8 @@ def test_queue_depth_is_read_at_scrape_time_under_load(server: Any) -> None:
 @pytest.fixture
 def json_log(server: Any) -> Iterator[io.StringIO]:
     """The root logger's lines, as `serve` writes them with LOG_FORMAT=json, while the test runs."""
-    stream = io.StringIO()
-    handler = logging.StreamHandler(stream)
-    handler.setFormatter(logs.formatter("json"))
-    handler.addFilter(logs.IdsFilter())
-    root = logging.getLogger()
-    level = root.level
-    root.addHandler(handler)
-    root.setLevel(logging.INFO)
-    try:
+    with captured_log("json") as stream:
         yield stream
-    finally:
-        root.removeHandler(handler)
-        root.setLevel(level)
 
 
 def test_every_line_of_a_request_carries_its_ids(server: Any, json_log: io.StringIO) -> None:
