@@ -219,7 +219,8 @@ def make_encoder(fmt: AudioFormat, sample_rate: int = SAMPLE_RATE) -> StreamEnco
 
 
 # Threads for every stream's encoding, server-wide: one per core (a stream's calls run one at a time, in order).
-_ENCODING = ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 2), thread_name_prefix="encode")
+ENCODING_THREADS = min(8, os.cpu_count() or 2)
+_ENCODING = ThreadPoolExecutor(max_workers=ENCODING_THREADS, thread_name_prefix="encode")
 
 
 class OffLoopEncoder[E: StreamEncoder]:

@@ -49,6 +49,8 @@ from .word_timing import TextCursor, TimedWord, batch_words, timings
 
 log = logging.getLogger(__name__)
 
+TEXT_THREADS = 1  # the engine's thread for making text (see TTSEngine.__init__)
+
 # A number read with more digits than this is refused: misaki reads digits as one number (num2words overflows past
 # ~300 digits, Python's int-string limit stops it at 4,300) and 100 digits already make ~1,900 phonemes. Counted as
 # read (normalize.longest_number): "①①①" and "1,000,000" are numbers too.
@@ -135,7 +137,7 @@ class TTSEngine:
         self._utterances = itertools.count(1)  # names each stream's jobs in the scheduler's history: "u7 window 2"
         # Text is made in pure Python, which holds the GIL: one thread for it, so a burst of long texts is a queue
         # there, not a crowd of threads the event loop must win the GIL from for every /ping.
-        self._text_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kokoro-text")
+        self._text_thread = ThreadPoolExecutor(max_workers=TEXT_THREADS, thread_name_prefix="kokoro-text")
 
     @property
     def windowed(self) -> bool:
