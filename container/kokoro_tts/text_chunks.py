@@ -23,6 +23,9 @@ MAX_CHUNK_CHARS = 300
 # ("1-2-1-2-…", "a_a_a_…") is read as several words, else one such 300-character word held the G2P for 8 s.
 MAX_CHUNK_PIECES = 120
 MAX_WORD_PIECES = 8
+# A chunk that had to be cut is cut finer: such text (a hard token) speaks many words per piece ("1%" is "one
+# percent"), and its first job should be no larger than a short sentence's, so that others' jobs are not held up.
+CUT_CHUNK_PIECES = 40
 _CLAUSE_END = re.compile(r"(?<=[,;:—–])\s+|\s+(?=[—–]\s)")
 _PIECE = re.compile(r"[^\W\d_]+|\d+|\S")
 
@@ -44,7 +47,7 @@ def split_utterance(text: str, *, english: bool = False) -> list[str]:
 def _bound_pieces(chunk: str) -> list[str]:
     """``chunk`` as it is unless a word of it has more than MAX_WORD_PIECES pieces or it has more than
     MAX_CHUNK_PIECES; else its words cut into words of at most MAX_WORD_PIECES, in chunks of at most
-    MAX_CHUNK_PIECES."""
+    CUT_CHUNK_PIECES."""
     words = [_pieces(word) for word in chunk.split()]
     if sum(map(len, words)) <= MAX_CHUNK_PIECES and all(len(w) <= MAX_WORD_PIECES for w in words):
         return [chunk]
@@ -54,7 +57,7 @@ def _bound_pieces(chunk: str) -> list[str]:
     for pieces in words:
         for i in range(0, len(pieces), MAX_WORD_PIECES):
             part = pieces[i : i + MAX_WORD_PIECES]
-            if current and count + len(part) > MAX_CHUNK_PIECES:
+            if current and count + len(part) > CUT_CHUNK_PIECES:
                 out.append(" ".join(current))
                 current, count = [], 0
             current.append("".join(part))
