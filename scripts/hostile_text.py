@@ -23,7 +23,7 @@ import sys
 import threading
 import time
 import unicodedata
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -506,8 +506,10 @@ async def speak_all(
     concurrency: int = 1,
     progress: Callable[[Outcome], None] | None = None,
     retry_busy_s: float = 120.0,
+    settle: Callable[[], Awaitable[object]] | None = None,
 ) -> list[Outcome]:
     """Each (route, case) spoken and judged, ``concurrency`` at a time, in order; ``progress`` sees each outcome.
+    ``settle``: awaited before each case, so that its verdict is not on the work the previous one left behind.
     A server_busy refusal is retried each second for up to ``retry_busy_s``, as the server asks: the work a client
     left behind may still fill the queue for a while, and the verdict wanted is on the text, not on admission."""
     gate = asyncio.Semaphore(concurrency)
@@ -517,6 +519,8 @@ async def speak_all(
 
         async def one(route: str, case: Case) -> Outcome:
             async with gate:
+                if settle is not None:
+                    await settle()
                 flight = Flight(route, case, time.perf_counter())
                 flights.append(flight)
                 retry_until = time.perf_counter() + retry_busy_s

@@ -106,6 +106,7 @@ class Report:
     hostile_failures: list[str] = field(default_factory=list)
     phases_s: dict[str, float] = field(default_factory=dict)
     phase_ping_max_ms: dict[str, float] = field(default_factory=dict)
+    phase_rss_mb: dict[str, float] = field(default_factory=dict)  # the server's RSS as each phase ended
 
 
 class Soak:
@@ -160,6 +161,7 @@ class Soak:
         self.report.phases_s[name] = round(ended - started, 1)
         latencies = [latency for sent, latency in self._ping_times if started <= sent <= ended]
         self.report.phase_ping_max_ms[name] = round(max(latencies, default=0.0), 1)
+        self.report.phase_rss_mb[name] = round(Usage.of(self.pid).rss_mb, 1)
 
     async def _probe(self, stop: asyncio.Event) -> None:
         async with httpx.AsyncClient(timeout=5) as client:

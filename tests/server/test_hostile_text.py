@@ -61,7 +61,15 @@ async def run(server: RunningServer, jobs: list[tuple[str, Case]], bounds: Bound
     flights: list[Flight] = []
     with PingProbe(server.base_url) as probe:
         retry = 120.0 if concurrency == 1 else 0.0  # eight at once: server_busy is an answer
-        outcomes = await speak_all(server.base_url, jobs, bounds, flights, concurrency, shown, retry)
+        settled: list[float] = []
+
+        async def settle() -> None:  # one at a time: each case starts with the server idle
+            settled.append(await wait_idle(server.engine, 120))
+
+        one_by_one = settle if concurrency == 1 else None
+        outcomes = await speak_all(server.base_url, jobs, bounds, flights, concurrency, shown, retry, one_by_one)
+    if settled:
+        print(f"idle before each case after {max(settled):.1f} s at most (the work a client left behind)")
     problems = failures(outcomes) + slow_pings(probe, flights)
     assert not problems, f"{len(problems)} of {len(outcomes)} answers or pings failed (seed {SEED}):\n" + "\n".join(
         problems[:20]
