@@ -93,6 +93,11 @@ class WindowPlan:
     first: int = 6  # 150 ms: the smallest first window (the first audio waits for this window only)
     growth: float = 4.0  # unpaced (``bounds``): each later window this many times the one before...
     largest: int = 400  # ...up to 10 s, so a long chunk still yields audio steadily
+    # A paced window's decoding, alone on the machine, takes at most this: a job is not interrupted, so another
+    # stream's first window may wait for one window of this one, and a stream whose client left runs on for one.
+    # Uncapped, a long chunk ahead of its playback grew to 400-frame windows of 4.5-5 s on 2 cores; capped, the
+    # same reply took no more compute.
+    longest_s: float = 1.0
     left_context: int = 2
     right_context: int = 1
     crossfade: int = 1
@@ -104,9 +109,11 @@ class WindowPlan:
     frames_per_window: int = 50  # a chunk has at most one window per 1.25 s, three at least: the module docstring
     fewest: int = 3
 
-    def windows(self, frames: int) -> int:
-        """The most windows a chunk of ``frames`` is decoded in (the last takes the rest)."""
-        return max(self.fewest, frames // self.frames_per_window)
+    def windows(self, frames: int, speed: DecoderSpeed | None = None) -> int:
+        """The most windows a chunk of ``frames`` is decoded in (the last takes the rest): more when windows no
+        longer than ``longest`` (at ``speed``) need more."""
+        capped = -(-frames // self.longest(speed)) if speed is not None else 0
+        return max(self.fewest, frames // self.frames_per_window, capped)
 
     @property
     def context(self) -> int:
@@ -133,8 +140,14 @@ class WindowPlan:
         """The largest window whose decoding, context included, ends within ``margin`` of the ``queued_s`` seconds
         of audio not yet played (at most ``largest``); 0 when not even ``least`` frames would. ``share``: how many
         streams' windows the decoder takes in turn (each of them waits for the others')."""
-        size = speed.frames_within(self.margin * queued_s / share) - self.context
+        size = speed.frames_within(min(self.margin * queued_s / share, self.longest_s)) - self.context
         return 0 if size < self.least else min(self.largest, size)
+
+    def longest(self, speed: DecoderSpeed) -> int:
+        """The largest window ``longest_s`` allows (``largest`` while the speed is unknown)."""
+        if not speed.known:
+            return self.largest
+        return max(self.least, min(self.largest, speed.frames_within(self.longest_s) - self.context))
 
     def paced_cost(
         self,
@@ -158,7 +171,7 @@ class WindowPlan:
         decoded, count = hi - lo, 1
         while start < frames:
             if not (size := self.paced_size(queued, speed, share)) or (
-                count + 1 >= self.windows(frames) and size < frames - start
+                count + 1 >= self.windows(frames, speed) and size < frames - start
             ):
                 return None
             stop, count = self.stop(start, size, frames), count + 1
@@ -181,14 +194,17 @@ class WindowPlan:
     ) -> int:
         """The first window: the largest that fits the audio queued ahead when paced windows keep up after it; else
         the smallest from ``first`` up after which they do (``paced_cost``); ``first`` when none up to half the
-        chunk keeps up, or while the speed is unknown."""
+        chunk or ``longest`` keeps up, or while the speed is unknown."""
         if not speed.known:
             return self.first
         prefix_s = self.prefix_cost(self.first + self.context, frames, inputs)
         fits = self.paced_size(queued_s - share * prefix_s / self.margin, speed, share)
         if fits >= self.first and self.paced_cost(fits, frames, speed, queued_s, share, inputs) is not None:
             return fits
-        for smallest in range(self.first, max(self.first, frames // 2) + 1):  # more than half: hardly windowed
+        # More than half the chunk is hardly windowed; more than ``longest`` keeps the first audio waiting longer
+        # than a gap later would (a 900-frame chunk under load chose 370 frames: first audio after 5-7 s).
+        largest = min(max(self.first, frames // 2), self.longest(speed))
+        for smallest in range(self.first, largest + 1):
             if self.paced_cost(smallest, frames, speed, queued_s, share, inputs) is not None:
                 return smallest
         return self.first
@@ -239,8 +255,8 @@ class ChunkWindows:
             return self.plan.first_size(self.frames, self.speed, queued_s, share, self.inputs)
         paced, rest = self.plan.paced_size(queued_s, self.speed, share), self.frames - self.start
         if not paced:
-            return self.plan.largest  # behind: the rest at once
-        if self.count + 1 >= self.plan.windows(self.frames) and paced >= rest:
+            return self.plan.longest(self.speed)  # behind: the rest as fast as it can be made
+        if self.count + 1 >= self.plan.windows(self.frames, self.speed) and paced >= rest:
             return rest  # the last window: the rest
         # A window more than planned when the rest would not be ready in time (the machine slower than learnt).
         return paced

@@ -166,7 +166,7 @@ def cases(model_dir: Path, stages: OnnxStages) -> list[Case]:
                 *NOMINAL, decode=partial(stages.decode, prosody, pool=stages.norm_pool(name, tokens, prosody))
             )
             pieces = list(decode_in_windows(decoder, prosody.frames, PLAN, clock=decoder.clock, speed=speed))
-            assert len(pieces) == PLAN.windows(prosody.frames)
+            assert len(pieces) == PLAN.windows(prosody.frames, speed)
             seams = list(np.cumsum([p.size for p in pieces])[:-1])
             out.append(Case(text, name, tokens, style, whole, np.concatenate(pieces), seams))
     return out
@@ -338,10 +338,10 @@ def test_decoder_speed_learns_a_fixed_cost_and_a_cost_per_frame() -> None:
 
 
 def test_paced_windows_fit_the_audio_queued_ahead() -> None:
-    # 2 s queued at 10 ms of decoding per frame: margin 0.7 * 2 / 0.01 = 140 frames decoded, the context included.
+    # 0.5 s queued at 10 ms of decoding per frame: margin 0.7 * 0.5 / 0.01 = 35 frames decoded, the context included.
     speed = speed_of(0.0, 0.01)
-    assert PLAN.margin == 0.7 and PLAN.paced_size(2.0, speed) == 140 - PLAN.context
-    assert PLAN.paced_size(100.0, speed) == PLAN.largest
+    assert PLAN.margin == 0.7 and PLAN.paced_size(0.5, speed) == 35 - PLAN.context
+    assert PLAN.paced_size(100.0, speed) == PLAN.longest(speed)
     # Behind playback (a loaded machine): no window fits (the engine then decodes the rest at once).
     assert PLAN.paced_size(0.05, speed) == 0
     assert PLAN.paced_size(-1.0, speed) == 0
@@ -362,12 +362,45 @@ def test_paced_windows_never_run_dry_inside_a_chunk(frames: int) -> None:
     speed = speed_of(*NOMINAL)
     arrivals = heard(PLAN, frames, decoder, speed)
     assert underruns(arrivals) == (0, 0.0), arrivals
-    assert 1 <= len(arrivals) <= PLAN.windows(frames)
+    assert 1 <= len(arrivals) <= PLAN.windows(frames, speed)
     # The first window is as small as keeping up allows, and the first audio comes well before the whole chunk's.
     smallest = next(n for n in range(PLAN.first, frames // 2 + 2) if PLAN.paced_cost(n, frames, speed) is not None)
     first = round(arrivals[0][1] / FRAME_S)
     assert first == PLAN.stop(0, smallest, frames)
     assert frames < 100 or arrivals[0][0] < 0.5 * (0.03 + 0.007 * frames)
+
+
+def test_no_window_takes_longer_than_the_plans_longest() -> None:
+    # However much audio is queued ahead, or however far behind a stream is, one window's decoding stays within
+    # ``longest_s``: another stream's first window waits for at most one of them, and a client that leaves
+    # leaves at most one behind. Uncapped, a long chunk alone grew windows to 400 frames (4.5-5 s on 2 cores).
+    speed = speed_of(0.0, 0.01)
+    assert PLAN.longest_s == 1.0 and PLAN.longest(speed) == 100 - PLAN.context
+    # On a machine decoding no faster than real time, the windows the cap takes are allowed.
+    assert PLAN.windows(900, speed_of(0.0, 0.025)) == 25 > PLAN.windows(900) == PLAN.windows(900, speed)
+    assert replace(PLAN, longest_s=99.0).paced_size(100.0, speed) == PLAN.largest
+    assert PLAN.longest(DecoderSpeed()) == PLAN.largest  # the speed unknown: nothing to size it by
+    decoder = FakeDecoder(0.0, 0.01)
+    windows = ChunkWindows(decoder, 900, PLAN, speed, clock=decoder.clock)
+    sizes = []
+    for queued_s in itertools.chain([0.0, 60.0, -5.0], itertools.repeat(60.0)):  # ahead, behind, far ahead
+        if windows.done:
+            break
+        before = windows.start
+        windows.next_window(lambda: queued_s)  # noqa: B023 -- called at once
+        sizes.append(windows.start - before)
+    assert max(sizes) <= PLAN.longest(speed) and sum(sizes) == 900, sizes
+
+
+def test_a_long_chunk_under_load_does_not_wait_for_a_huge_first_window() -> None:
+    # Five streams sharing the decoder: keeping a 900-frame chunk's playback fed took a first window of 377 frames
+    # (2.7 s of decoding alone, 5x that shared) before the first audio; no first window is past ``longest``, and
+    # when none up to it keeps up, the first audio comes after the smallest and the rest follows as it can.
+    speed, inputs = speed_of(*NOMINAL), speed_of(0.01, 0.0003)
+    assert replace(PLAN, longest_s=99.0).first_size(900, speed, share=5.0, inputs=inputs) == 377
+    assert PLAN.first_size(900, speed, share=5.0, inputs=inputs) == PLAN.first
+    for share, frames in itertools.product((1.0, 2.0, 3.5, 5.0), (200, 400, 900)):
+        assert PLAN.first_size(frames, speed, share=share, inputs=inputs) <= PLAN.longest(speed)
 
 
 def test_a_shared_decoder_plans_the_smallest_first_window() -> None:

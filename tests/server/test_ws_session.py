@@ -169,5 +169,7 @@ async def test_a_new_utterance_is_not_stuck_behind_other_sessions_long_replies(s
     # One vocoder window per PCM frame: besides each long reply's first window (it follows synthesis_start), the
     # short utterance waited for at most the one look-ahead job each long reply had queued (due already: its audio
     # is playing), not for the dozens of windows the two long replies still had to go. With workers side by side,
-    # the long replies also go on beside each of the short utterance's jobs: up to that many frames per worker.
-    assert sum(frames_after.values()) <= 4 * server.engine.backend.parallel_jobs, frames_after
+    # the long replies also go on beside each of the short utterance's jobs: up to that many frames per worker, and
+    # one or two more since a window's decoding is capped at 1 s (vocoder_windows.WindowPlan.longest_s): smaller
+    # windows, more of them in the same time. Stuck behind the long replies, it would see dozens (12 sentences each).
+    assert sum(frames_after.values()) <= 6 * server.engine.backend.parallel_jobs, frames_after
