@@ -7,6 +7,7 @@ one) stops the process; /ping never turns 200. On shutdown ``begin_shutdown`` dr
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -124,6 +125,7 @@ async def _load(
     try:
         engine = await loop.run_in_executor(None, load_engine, settings)
         await loop.run_in_executor(None, engine.warm_up)
+        await loop.run_in_executor(None, _freeze_long_lived)
     except Exception as exc:
         message = load_failure(exc, settings)
         log.error("%s", message)
@@ -135,6 +137,17 @@ async def _load(
     app.state.engine = engine
     metrics.watch(engine)
     log.info("model ready: backend=%s device=%s", engine.backend.name, engine.backend.device)
+
+
+def _freeze_long_lived() -> None:
+    """Take what lives as long as the process (the model, the G2P's lexicons, the warm-up's objects) out of the
+    cyclic garbage collector. Its full collections then scan only what requests made since: milliseconds, not the
+    ~300 ms pause on the event loop that the lexicons' 330,000 objects cost; and they run often enough that the
+    state of a stream its client abandoned (kept in a cycle by the CancelledError's traceback) is freed within
+    seconds, where before it piled up for minutes, ~10 MB a stream."""
+    gc.collect()
+    gc.freeze()
+    gc.collect()  # counts what is left, which is what the next full collection waits for a quarter more of
 
 
 def load_failure(exc: BaseException, settings: Settings) -> str:

@@ -283,6 +283,10 @@ class TTSEngine:
             if pending is not None:
                 pending.cancel()
                 await asyncio.gather(pending, return_exceptions=True)
+            if decoding is not None:
+                decoding.end()
+            texts.clear()
+            batches.clear()
 
     async def _batch_job(
         self,
@@ -314,10 +318,13 @@ class TTSEngine:
         def job() -> tuple[np.ndarray, float, tuple[WordTiming, ...]]:
             started = time.perf_counter()
             request, timing = decoding.request, decoding.timing
-            if decoding.windows is None:
+            if decoding.ended:  # its stream ended as this job began: nothing to make
+                return np.zeros(0, np.int16), 0.0, ()
+            windows = decoding.windows
+            if windows is None:
                 ids = decoding.batch.ids
                 prosody = stages.front(ids, request.voice.style(len(ids)), request.speed)
-                decoding.windows = ChunkWindows(
+                windows = ChunkWindows(
                     partial(stages.decode, prosody, pool=stages.norm_pool(request.voice.spec, ids, prosody)),
                     prosody.frames,
                     self.window_plan,
@@ -325,8 +332,9 @@ class TTSEngine:
                     inputs=self.input_speed,
                     complete=partial(stages.complete, prosody),
                 )
-                decoding.words = batch_words(decoding.batch, prosody.durations, timing.cursor)
-            windows = decoding.windows
+                if not decoding.ended:  # else kept by nothing once this job returns
+                    decoding.windows = windows
+                    decoding.words = batch_words(decoding.batch, prosody.durations, timing.cursor)
             # The loop's clock is time.monotonic: the seconds of audio still queued ahead of this window.
             pcm = float_to_pcm16(windows.next_window(lambda: deadline - time.monotonic(), self.scheduler.share()))
             # The words starting in this window (the last window takes the rest).
@@ -386,6 +394,14 @@ class _Decoding:
         self.text, self.batch, self.request, self.timing = text, batch, request, timing
         self.windows: ChunkWindows | None = None
         self.words: list[TimedWord] = []  # the batch's words not yet sent with a window
+        self.ended = False
+
+    def end(self) -> None:
+        """The stream has ended: drop the chunk's features and input (tens of MB for a long chunk) now. A stream
+        cancelled mid-job stays in a reference cycle (its CancelledError's traceback holds its frames) until a full
+        garbage collection, which can be minutes away; eight long streams abandoned at once held ~130 MB."""
+        self.ended = True
+        self.windows, self.words = None, []
 
     @property
     def done(self) -> bool:
