@@ -38,14 +38,21 @@ def resource_id(endpoint_name: str, variant: str) -> str:
     return f"endpoint/{endpoint_name}/variant/{variant}"
 
 
-def _live_variants(sagemaker: Any, endpoint_name: str) -> dict[str, str] | None:
-    """{variant: instance type} of the endpoint's current configuration; None when there is no endpoint."""
+def _described_endpoint(sagemaker: Any, endpoint_name: str) -> dict[str, Any] | None:
+    """DescribeEndpoint's answer; None when there is no endpoint."""
     try:
-        described = sagemaker.describe_endpoint(EndpointName=endpoint_name)
+        described: dict[str, Any] = sagemaker.describe_endpoint(EndpointName=endpoint_name)
     except ClientError as e:
         if "not find" in str(e.response.get("Error", {}).get("Message", "")):
             return None
         raise ScalingError(f"DescribeEndpoint {endpoint_name} failed: {e}") from e
+    return described
+
+
+def _live_variants(sagemaker: Any, endpoint_name: str) -> dict[str, str] | None:
+    """{variant: instance type} of the endpoint's current configuration; None when there is no endpoint."""
+    if (described := _described_endpoint(sagemaker, endpoint_name)) is None:
+        return None
     config = sagemaker.describe_endpoint_config(EndpointConfigName=described["EndpointConfigName"])
     return {v["VariantName"]: v.get("InstanceType", "") for v in config.get("ProductionVariants", [])}
 
@@ -56,12 +63,8 @@ def live_desired_count(sagemaker: Any, endpoint_name: str) -> int | None:
 
     Fed back as initial_instance_count because the provider's UpdateEndpoint resets the variant to the new
     configuration's count (it sends no RetainAllVariantProperties: terraform-provider-aws #48990)."""
-    try:
-        described = sagemaker.describe_endpoint(EndpointName=endpoint_name)
-    except ClientError as e:
-        if "not find" in str(e.response.get("Error", {}).get("Message", "")):
-            return None
-        raise ScalingError(f"DescribeEndpoint {endpoint_name} failed: {e}") from e
+    if (described := _described_endpoint(sagemaker, endpoint_name)) is None:
+        return None
     counts = [
         v.get("DesiredInstanceCount", v.get("CurrentInstanceCount")) for v in described.get("ProductionVariants", [])
     ]
