@@ -9,6 +9,7 @@ import re
 import pytest
 from kokoro_tts.normalize import TextMap, longest_number, normalize
 from kokoro_tts.phonemes import Phonemizer, clean_text_mapped
+from support.timing import best_cpu_time
 
 # input → what normalize() makes of it (US English unless the case says "b:").
 REWRITTEN = [
@@ -219,15 +220,9 @@ def test_listener_hears_dollars_and_cents(server) -> None:  # type: ignore[no-un
 def test_no_input_makes_the_rules_backtrack() -> None:
     """Normalization runs on the event loop for up to 5,000 characters: runs of letters and separators cost as much
     as prose (a ratio, measured side by side; before domain labels were bounded, "a-a-a-…" cost 30 times more)."""
-    import time
 
     def cost(text: str) -> float:
-        best = float("inf")
-        for _ in range(3):
-            started = time.perf_counter()
-            normalize(text, "a")
-            best = min(best, time.perf_counter() - started)
-        return best
+        return best_cpu_time(lambda: normalize(text, "a"), tries=3)
 
     prose = cost(("Meet Dr. Lee at 3:30 pm on Jan 5, 2025 for $42.50 at example.com. " * 80)[:5000])
     for text in ("a-" * 2500, "a." * 2500, "a.a-" * 1250, "1:" * 2500, "a_" * 2500, "a-" * 2400 + "@x", "5 " * 2500):

@@ -1,7 +1,7 @@
 """Hostile text costs linear time in every text step, and what the text becomes is what the caps count.
 
 Each linearity check times a step on an input of n and of 4n characters in the same run (best of a few tries, in
-this thread's CPU time, which other processes on a shared machine do not inflate) and asserts the ratio stays far
+this thread's CPU time with the GC off: support/timing.py) and asserts the ratio stays far
 from the 16 a quadratic step shows.
 """
 
@@ -22,25 +22,24 @@ from kokoro_tts.phonemes import clean_text_mapped
 from kokoro_tts.text_chunks import split_utterance
 from kokoro_tts.word_timing import TextCursor
 from support.idle import wait_idle
+from support.timing import best_cpu_time
 
 # Quadratic steps show 16; linear ones 4 (or less, with fixed costs). 8 leaves room for a noisy neighbour.
 MAX_RATIO = 8.0
 
 
-def _best_time(step: Callable[[], object], tries: int = 5) -> float:
-    best = float("inf")
-    for _ in range(tries):
-        started = time.thread_time()
-        step()
-        best = min(best, time.thread_time() - started)
-    return best
+@pytest.fixture(autouse=True)
+def idle_process(server: RunningServer) -> None:
+    """Each test starts with the in-process server idle: synthesis that an earlier test left it shares this
+    machine's cores and caches with the step being timed (CPU time grew up to 2x on the larger input)."""
+    asyncio.run(wait_idle(server.engine))
 
 
 def _growth(step: Callable[[str], object], unit: str, n: int) -> float:
     """Time of ``step`` on ``unit`` repeated to 4n characters over its time on n characters."""
     small, large = ((unit * (size // len(unit) + 1))[:size] for size in (n, 4 * n))
     step(small)  # warm caches (compiled patterns, lazy tables) outside the timing
-    return _best_time(lambda: step(large)) / max(_best_time(lambda: step(small)), 1e-6)
+    return best_cpu_time(lambda: step(large)) / max(best_cpu_time(lambda: step(small)), 1e-6)
 
 
 HOSTILE_UNITS = ["… ", ". ", "! ", "\n", "\n\n ", "a. ", "etc. ", "St. ", "Dr. X", "e.g. ", "1,000", "a-", "x"]
@@ -155,8 +154,8 @@ def test_the_event_loop_does_only_the_cheap_part_of_a_request(server: RunningSer
     engine = server.engine
     for text in [("\x01$1M " * 1000)[:5000], ("3:30 pm, St. " * 500)[:5000], ("\u00e9\u0301 " * 2500)[:5000]]:
         engine.request(text, None, None).prepare()  # tables and caches filled
-        on_loop = _best_time(lambda: engine.request(text, None, None))  # noqa: B023 -- called at once
-        in_thread = _best_time(lambda: engine.request(text, None, None).prepare())  # noqa: B023
+        on_loop = best_cpu_time(lambda: engine.request(text, None, None))  # noqa: B023 -- called at once
+        in_thread = best_cpu_time(lambda: engine.request(text, None, None).prepare())  # noqa: B023
         assert on_loop < in_thread / 5, (text[:10], on_loop, in_thread)
 
 
