@@ -1,9 +1,11 @@
 """The hang-up workaround (voice_agent/hangup.py) against the pinned bedrock-agentcore.
 
 tests/agent/test_agent_app.py shows that with it a caller who leaves stops the LLM and the TTS session. This shows
-why it is still there: without it, the SDK alone lets the reply run to its end for nobody (the LLM stream
-completes, never cancelled), even after a full garbage collection. When this test fails, the SDK stops the
-entrypoint on a disconnect by itself: delete hangup.py and this test.
+why it is still there: without it, the SDK alone lets the reply run on for nobody until the cyclic garbage collector
+happens to reach the SDK's relay (when collections come is up to the process: in this one, the in-process TTS server
+froze its long-lived objects, so they come often). With collections off, as between two, the LLM stream runs to its
+end, never cancelled. When this test fails, the SDK stops the entrypoint on a disconnect by itself: delete
+hangup.py and this test.
 """
 
 from __future__ import annotations
@@ -36,14 +38,18 @@ async def test_without_the_workaround_the_sdk_lets_a_hung_up_reply_run_to_its_en
     monkeypatch.setattr(agent_app, "HangupMiddleware", PassThrough)
     monkeypatch.setattr(agent_app, "hangup_of", lambda context: None)
     model = make_model()
-    with AgentServer(agent_settings(server.base_url), model).running() as agent_:
-        stream = post_sse(f"{agent_.url}/invocations", {"prompt": "Hi", "mode": "bidi"})
-        async with asyncio.timeout(60):
-            async for event in stream:
-                if event["type"] == "audio_chunk":
-                    break
-        await stream.aclose()  # type: ignore[attr-defined]  # hangs up: the connection closes here
-        gc.collect()
-        await wait_for(lambda: model.streams and model.streams[0].closed, timeout_s=30, message="the LLM stream")
+    gc.collect()
+    gc.disable()
+    try:
+        with AgentServer(agent_settings(server.base_url), model).running() as agent_:
+            stream = post_sse(f"{agent_.url}/invocations", {"prompt": "Hi", "mode": "bidi"})
+            async with asyncio.timeout(60):
+                async for event in stream:
+                    if event["type"] == "audio_chunk":
+                        break
+            await stream.aclose()  # type: ignore[attr-defined]  # hangs up: the connection closes here
+            await wait_for(lambda: model.streams and model.streams[0].closed, timeout_s=30, message="the LLM stream")
+    finally:
+        gc.enable()
     record = model.streams[0]
     assert record.completed and not record.cancelled, record
