@@ -25,10 +25,11 @@ from support.agent_fixtures import (
     types,
     wait_for,
 )
+from support.listener import WhisperListener, word_errors
 from voice_agent.events import Event
 from voice_agent.scripted_model import SIMULATED_NAME
 
-from scripts.speech import rms, transcribe, word_errors
+from scripts.speech import rms
 from scripts.sse import post_sse
 
 pytestmark = pytest.mark.slow
@@ -82,8 +83,8 @@ def test_a_reply_is_well_formed_speech(replies: dict[str, list[Event]], mode: st
     assert {(c["format"], c["sample_rate"]) for c in chunks} == {("pcm", 24000)}
     pcm = pcm_of(events)
     assert rms(pcm) > 300, "near-silent audio"
-    errors, words = word_errors(TEST_REPLY, transcribe(pcm))
-    assert errors / words <= 0.5, "the audio does not say the reply"
+    errors, words = word_errors(TEST_REPLY, WhisperListener.shared().transcribe(pcm))
+    assert errors / words <= 0.1, f"the audio does not say the reply: {errors}/{words} words wrong"
     metrics = events[-1]["metrics"]
     assert metrics["audio_ms"] == pytest.approx(len(pcm) / 24, abs=50)
     assert 0 < metrics["first_text_ms"] <= metrics["first_sentence_ms"] <= metrics["total_ms"]

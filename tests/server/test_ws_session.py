@@ -7,11 +7,12 @@ import json
 from typing import Any
 
 import pytest
+from support.listener import WhisperListener, word_errors
 from support.ws_client import Transcript, assert_synthesis_stopped, completes, receive_until
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
-from scripts.speech import rms, transcribe, word_errors
+from scripts.speech import rms
 
 SENTENCES = [
     "The weather is nice today.",
@@ -37,7 +38,7 @@ async def test_three_utterances_as_binary_frames_arrive_in_order_and_are_speech(
         assert u.complete is not None and u.complete["bytes"] == len(u.audio) > 0
         assert u.complete["audio_ms"] == pytest.approx(len(u.audio) / 2 / 24, abs=1)
         assert u.complete["synth_ms"] > 0
-        e, n = word_errors(text, transcribe(u.pcm()))
+        e, n = word_errors(text, WhisperListener.shared().transcribe(u.pcm()))
         errors, words = errors + e, words + n
     assert errors / words <= 0.05, f"word error rate {errors}/{words}"
 
@@ -50,7 +51,7 @@ async def test_plain_text_and_text_frames_are_utterances(server: Any) -> None:
         transcript = Transcript()
         await receive_until(ws, transcript, completes(3))
     assert [f["id"] for f in transcript.json_frames("synthesis_complete")] == ["u1", "u2", "u3"]
-    heard = transcribe(transcript.utterances()["u1"].pcm())
+    heard = WhisperListener.shared().transcribe(transcript.utterances()["u1"].pcm())
     assert word_errors("Thank you for your patience.", heard)[0] <= 1
 
 
