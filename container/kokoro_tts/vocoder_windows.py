@@ -19,8 +19,10 @@ first window is the smallest from ``first`` up after which the later windows, ea
 ahead of it, keep up (``first_size``; making the generator's input counts too: the first window's prefix, and the
 whole chunk's in the second window's job). A chunk has a few windows (``windows``: three, or one per 1.25 s of a longer
 chunk): each one costs its context and a call, and with three or four the first is 4-11 % of a sentence
-(measured at the 2-core speed: 9-18 frames of 100-230-frame sentences). When not even that keeps up (a loaded
-machine), the first window is ``first`` and the rest follows at once: one gap, at the least compute. So it is under
+(measured at the 2-core speed: 9-18 frames of 100-230-frame sentences). No window, first or later, takes
+more than ``longest_s`` of decoding alone: a huge first window would keep the first audio waiting for seconds, and a
+client who leaves would still pay for a huge later one. When no first window up to that keeps up (a loaded
+machine), the first window is ``first`` and the rest follows in windows of ``longest``: a gap, not a long wait. Under
 load: a stream whose windows take turns with k others' gets a k-th of the decoder (``share``), its first window
 stays ``first``, and its first audio comes as soon as the sessions ahead of it allow.
 """
