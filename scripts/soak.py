@@ -23,6 +23,7 @@ import os
 import random
 import socket
 import sys
+import threading
 import time
 from collections import Counter
 from dataclasses import asdict, dataclass, field
@@ -110,6 +111,56 @@ class Report:
     phase_rss_mb: dict[str, float] = field(default_factory=dict)  # the server's RSS as each phase ended
     warm_up_rss_mb: float = 0.0  # the RSS high-water mark of the round before the baseline
 
+    @property
+    def rss_ceiling_mb(self) -> float:
+        """The RSS past which growth is a leak: the first round's high-water mark (or the baseline) + a margin."""
+        return max(self.baseline.get("rss_mb", 0.0), self.warm_up_rss_mb) + RSS_GROWTH_MB
+
+
+class Prober:
+    """GET /ping every 50 ms from a thread of its own, and the server's peak usage: the soak's own event loop, busy
+    with the phases' clients, would otherwise add its stalls to the server's latency."""
+
+    def __init__(self, base_url: str, pid: int) -> None:
+        self.base_url, self.pid = base_url, pid
+        self.pings: list[tuple[float, float]] = []  # (sent at, monotonic s; latency ms)
+        self.failures = 0
+        self._peak = Usage.of(pid)
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="ping-prober", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def reset_peak(self, to: Usage) -> Usage:
+        """The peak so far; the next one is counted from ``to``."""
+        with self._lock:
+            peak, self._peak = self._peak, to
+        return peak
+
+    def _run(self) -> None:
+        with httpx.Client(timeout=5, trust_env=False) as client:
+            while not self._stop.is_set():
+                sent, started = time.monotonic(), time.perf_counter()
+                try:
+                    ok = client.get(f"{self.base_url}/ping").status_code == 200
+                except httpx.HTTPError:
+                    ok = False
+                if ok:
+                    self.pings.append((sent, 1000 * (time.perf_counter() - started)))
+                else:
+                    self.failures += 1
+                usage = Usage.of(self.pid)
+                with self._lock:
+                    pairs = zip(asdict(self._peak).values(), asdict(usage).values(), strict=True)
+                    self._peak = Usage(*(max(a, b) for a, b in pairs))
+                self._stop.wait(0.05)
+
 
 class Soak:
     def __init__(self, base_url: str, pid: int) -> None:
@@ -119,9 +170,7 @@ class Soak:
         self.port = int(port)
         self.pid = pid
         self.report = Report()
-        self._pings: list[float] = []
-        self._ping_times: list[tuple[float, float]] = []  # (sent at, monotonic; latency in ms)
-        self._peak = Usage.of(pid)
+        self._prober = Prober(base_url, pid)
 
     async def run(self, churn: int, vanishing: int, staying: int, stuck: int = 8, hostile: int = 120) -> Report:
         # The baseline is taken after one round of each kind of work: the G2P caches and the allocator have grown
@@ -129,8 +178,7 @@ class Soak:
         # largest (eight texts at the cap at once): measured, it took RSS 60-130 MB past the rest's, which the
         # allocator handed back minutes later, and identical rounds swung it as far with no trend. So the RSS
         # ceiling is the round's high-water mark, not where it happened to stand at its end.
-        stop = asyncio.Event()
-        prober = asyncio.create_task(self._probe(stop))
+        self._prober.start()
         try:
             await self._staying(1)
             await self._bombs(slow_bodies=2)
@@ -141,8 +189,7 @@ class Soak:
             await self._wait_idle()
             base = Usage.of(self.pid)
             self.report.baseline = asdict(base)
-            self.report.warm_up_rss_mb = round(max(base.rss_mb, self._peak.rss_mb), 1)
-            self._peak = base
+            self.report.warm_up_rss_mb = round(max(base.rss_mb, self._prober.reset_peak(base).rss_mb), 1)
             await self._phase("churn", self._churn(churn))
             await self._phase("vanishing", self._vanishing(vanishing))
             await self._phase("bombs", self._bombs())
@@ -154,11 +201,11 @@ class Soak:
                 await self._phase("hostile", self._hostile(hostile))
                 self.report.hostile_failures[:0] = warm_up_failures
         finally:
-            stop.set()
-            await prober
-        self.report.peak = asdict(self._peak)
+            await asyncio.to_thread(self._prober.stop)
+        self.report.peak = asdict(self._prober.reset_peak(base))
+        self.report.ping_failures = self._prober.failures
         await self._settle(base)
-        pings = sorted(self._pings)
+        pings = sorted(latency for _, latency in self._prober.pings)
         self.report.ping_count = len(pings)
         if pings:
             self.report.ping_p50_ms = round(pings[len(pings) // 2], 1)
@@ -171,27 +218,9 @@ class Soak:
         await work
         ended = time.monotonic()
         self.report.phases_s[name] = round(ended - started, 1)
-        latencies = [latency for sent, latency in self._ping_times if started <= sent <= ended]
+        latencies = [latency for sent, latency in list(self._prober.pings) if started <= sent <= ended]
         self.report.phase_ping_max_ms[name] = round(max(latencies, default=0.0), 1)
         self.report.phase_rss_mb[name] = round(Usage.of(self.pid).rss_mb, 1)
-
-    async def _probe(self, stop: asyncio.Event) -> None:
-        async with httpx.AsyncClient(timeout=5) as client:
-            while not stop.is_set():
-                started = time.perf_counter()
-                try:
-                    ok = (await client.get(f"{self.base}/ping")).status_code == 200
-                except httpx.HTTPError:
-                    ok = False
-                if ok:
-                    self._pings.append(1000 * (time.perf_counter() - started))
-                    self._ping_times.append((time.monotonic(), self._pings[-1]))
-                else:
-                    self.report.ping_failures += 1
-                usage = Usage.of(self.pid)
-                pairs = zip(asdict(self._peak).values(), asdict(usage).values(), strict=True)
-                self._peak = Usage(*(max(a, b) for a, b in pairs))
-                await asyncio.sleep(0.05)
 
     # --- phases ------------------------------------------------------------------------------------------------
 
@@ -440,7 +469,7 @@ class Soak:
             now = Usage.of(self.pid)
             cpu = 100 * (now.cpu_s - before.cpu_s)
             threads_back = now.threads <= base.threads + 2 + POOL_THREADS
-            rss_back = now.rss_mb <= max(base.rss_mb, self.report.warm_up_rss_mb) + RSS_GROWTH_MB
+            rss_back = now.rss_mb <= self.report.rss_ceiling_mb
             back = now.fds <= base.fds + 5 and threads_back and rss_back
             if (back and cpu < 5) or time.monotonic() - started > within:
                 self.report.after = asdict(now)
@@ -473,7 +502,7 @@ def check(report: Report) -> list[str]:
         problems.append(f"fds {base['fds']} -> {after['fds']}")
     if after["threads"] > base["threads"] + 2 + POOL_THREADS:
         problems.append(f"threads {base['threads']} -> {after['threads']}")
-    if after["rss_mb"] > max(base["rss_mb"], report.warm_up_rss_mb) + RSS_GROWTH_MB:
+    if after["rss_mb"] > report.rss_ceiling_mb:
         problems.append(
             f"RSS {base['rss_mb']:.0f} -> {after['rss_mb']:.0f} MB (the first round's high-water mark: "
             f"{report.warm_up_rss_mb:.0f} MB)"
