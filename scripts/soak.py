@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import multiprocessing
 import os
 import random
 import socket
@@ -27,8 +28,9 @@ import threading
 import time
 from collections import Counter
 from dataclasses import asdict, dataclass, field
+from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import httpx
 from kokoro_client.deepgram import SPEAK_PATH
@@ -117,9 +119,28 @@ class Report:
         return max(self.baseline.get("rss_mb", 0.0), self.warm_up_rss_mb) + RSS_GROWTH_MB
 
 
+class EventLike(Protocol):
+    def is_set(self) -> bool: ...
+    def wait(self, timeout: float | None = None) -> bool: ...
+
+
+def _ping_every_50_ms(base_url: str, stop: EventLike, results: Connection) -> None:
+    """In a process of its own: GET /ping until ``stop``, sending (sent at, monotonic s; latency ms or None)."""
+    with httpx.Client(timeout=5, trust_env=False) as client:
+        while not stop.is_set():
+            sent, started = time.monotonic(), time.perf_counter()
+            try:
+                ok = client.get(f"{base_url}/ping").status_code == 200
+            except httpx.HTTPError:
+                ok = False
+            results.send((sent, 1000 * (time.perf_counter() - started) if ok else None))
+            stop.wait(0.05)
+
+
 class Prober:
-    """GET /ping every 50 ms from a thread of its own, and the server's peak usage: the soak's own event loop, busy
-    with the phases' clients, would otherwise add its stalls to the server's latency."""
+    """GET /ping every 50 ms from a process of its own, and the server's peak usage from a thread. The soak's own
+    process would add its stalls to the server's latency: its event loop is busy with the phases' clients, and in
+    `make test` it is pytest's, whose large heap's full collections held the GIL for hundreds of ms."""
 
     def __init__(self, base_url: str, pid: int) -> None:
         self.base_url, self.pid = base_url, pid
@@ -128,14 +149,25 @@ class Prober:
         self._peak = Usage.of(pid)
         self._lock = threading.Lock()
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="ping-prober", daemon=True)
+        context = multiprocessing.get_context("spawn")
+        self._stop_pinging = context.Event()
+        self._results, self._sender = context.Pipe(duplex=False)
+        self._pinger = context.Process(
+            target=_ping_every_50_ms, args=(base_url, self._stop_pinging, self._sender), name="ping-prober", daemon=True
+        )
+        self._thread = threading.Thread(target=self._run, name="ping-collector", daemon=True)
 
     def start(self) -> None:
+        self._pinger.start()
+        self._sender.close()  # the pinger's copy is the one end left: its exit reads as EOF here
         self._thread.start()
 
     def stop(self) -> None:
+        self._stop_pinging.set()
+        self._pinger.join(timeout=10)
         self._stop.set()
         self._thread.join()
+        self._collect()
 
     def reset_peak(self, to: Usage) -> Usage:
         """The peak so far; the next one is counted from ``to``."""
@@ -143,23 +175,26 @@ class Prober:
             peak, self._peak = self._peak, to
         return peak
 
+    def _collect(self) -> None:
+        while not self._results.closed and self._results.poll():
+            try:
+                sent, latency = self._results.recv()
+            except EOFError:  # the pinger has ended
+                self._results.close()
+                return
+            if latency is None:
+                self.failures += 1
+            else:
+                self.pings.append((sent, latency))
+
     def _run(self) -> None:
-        with httpx.Client(timeout=5, trust_env=False) as client:
-            while not self._stop.is_set():
-                sent, started = time.monotonic(), time.perf_counter()
-                try:
-                    ok = client.get(f"{self.base_url}/ping").status_code == 200
-                except httpx.HTTPError:
-                    ok = False
-                if ok:
-                    self.pings.append((sent, 1000 * (time.perf_counter() - started)))
-                else:
-                    self.failures += 1
-                usage = Usage.of(self.pid)
-                with self._lock:
-                    pairs = zip(asdict(self._peak).values(), asdict(usage).values(), strict=True)
-                    self._peak = Usage(*(max(a, b) for a, b in pairs))
-                self._stop.wait(0.05)
+        while not self._stop.is_set():
+            self._collect()
+            usage = Usage.of(self.pid)
+            with self._lock:
+                pairs = zip(asdict(self._peak).values(), asdict(usage).values(), strict=True)
+                self._peak = Usage(*(max(a, b) for a, b in pairs))
+            self._stop.wait(0.05)
 
 
 class Soak:
