@@ -28,14 +28,15 @@ import threading
 import time
 from collections import Counter
 from dataclasses import asdict, dataclass, field
+from multiprocessing import synchronize
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import httpx
 from kokoro_client.deepgram import SPEAK_PATH
 from kokoro_client.local_ws import ws_url
-from kokoro_client.protocol import WS_PATH
+from kokoro_client.protocol import PING_PATH, WS_PATH
 from kokoro_tts.audio import ENCODING_THREADS
 from kokoro_tts.engine import TEXT_THREADS
 from prometheus_client.parser import text_string_to_metric_families
@@ -119,18 +120,13 @@ class Report:
         return max(self.baseline.get("rss_mb", 0.0), self.warm_up_rss_mb) + RSS_GROWTH_MB
 
 
-class EventLike(Protocol):
-    def is_set(self) -> bool: ...
-    def wait(self, timeout: float | None = None) -> bool: ...
-
-
-def _ping_every_50_ms(base_url: str, stop: EventLike, results: Connection) -> None:
+def _ping_every_50_ms(base_url: str, stop: synchronize.Event, results: Connection) -> None:
     """In a process of its own: GET /ping until ``stop``, sending (sent at, monotonic s; latency ms or None)."""
     with httpx.Client(timeout=5, trust_env=False) as client:
         while not stop.is_set():
             sent, started = time.monotonic(), time.perf_counter()
             try:
-                ok = client.get(f"{base_url}/ping").status_code == 200
+                ok = client.get(f"{base_url}{PING_PATH}").status_code == 200
             except httpx.HTTPError:
                 ok = False
             results.send((sent, 1000 * (time.perf_counter() - started) if ok else None))
@@ -140,10 +136,10 @@ def _ping_every_50_ms(base_url: str, stop: EventLike, results: Connection) -> No
 class Prober:
     """GET /ping every 50 ms from a process of its own, and the server's peak usage from a thread. The soak's own
     process would add its stalls to the server's latency: its event loop is busy with the phases' clients, and in
-    `make test` it is pytest's, whose large heap's full collections held the GIL for hundreds of ms."""
+    `make test` it is pytest's, where a thread of its own still saw 500 ms that the server never spent."""
 
     def __init__(self, base_url: str, pid: int) -> None:
-        self.base_url, self.pid = base_url, pid
+        self.pid = pid
         self.pings: list[tuple[float, float]] = []  # (sent at, monotonic s; latency ms)
         self.failures = 0
         self._peak = Usage.of(pid)

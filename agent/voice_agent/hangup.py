@@ -5,7 +5,8 @@ when the caller leaves, it stops the entrypoint only once that relay is closed, 
 iteration never does: the relay sits in a reference cycle until the garbage collector happens to reach it, and until
 then the LLM and the TTS run on with the reply for nobody.
 tests/agent/test_hangup.py holds both halves: with this module a hang-up cancels the reply, and without it (the SDK
-alone) the reply still runs to its end; when that second test fails, the SDK handles hang-ups and this can go.
+alone, no collection in between) the reply still runs to its end; when that second test fails, the SDK handles
+hang-ups and this can go.
 """
 
 from __future__ import annotations
