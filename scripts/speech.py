@@ -40,14 +40,24 @@ def words(text: str) -> list[str]:
 
 
 def word_errors(reference: str, hypothesis: str) -> tuple[int, int]:
-    """(edit distance in words, number of reference words)."""
+    """(edit distance in words, number of reference words).
+
+    A word written as two, or two as one ("goodbye" heard as "good bye"), is a spelling variant, not a
+    mishearing: it counts as a match.
+    """
     ref, hyp = words(reference), words(hypothesis)
-    row = list(range(len(hyp) + 1))
+    rows = [list(range(len(hyp) + 1))]
     for i, r in enumerate(ref, 1):
-        prev, row[0] = row[0], i
+        above, row = rows[-1], [i]
         for j, h in enumerate(hyp, 1):
-            prev, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, prev + (r != h))
-    return row[-1], len(ref)
+            cost = min(above[j] + 1, row[j - 1] + 1, above[j - 1] + (r != h))
+            if j >= 2 and hyp[j - 2] + h == r:
+                cost = min(cost, above[j - 2])
+            if i >= 2 and ref[i - 2] + r == h:
+                cost = min(cost, rows[-2][j - 1])
+            row.append(cost)
+        rows = [above, row]
+    return rows[-1][-1], len(ref)
 
 
 def rms(pcm: np.ndarray) -> float:

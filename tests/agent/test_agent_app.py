@@ -83,8 +83,9 @@ def test_a_reply_is_well_formed_speech(replies: dict[str, list[Event]], mode: st
     assert {(c["format"], c["sample_rate"]) for c in chunks} == {("pcm", 24000)}
     pcm = pcm_of(events)
     assert rms(pcm) > 300, "near-silent audio"
-    errors, words = word_errors(TEST_REPLY, WhisperListener.shared().transcribe(pcm))
-    assert errors / words <= 0.1, f"the audio does not say the reply: {errors}/{words} words wrong"
+    heard = WhisperListener.shared().transcribe(pcm)
+    errors, words = word_errors(TEST_REPLY, heard)
+    assert errors / words <= 0.1, f"the audio does not say the reply: {errors}/{words} words wrong in {heard!r}"
     metrics = events[-1]["metrics"]
     assert metrics["audio_ms"] == pytest.approx(len(pcm) / 24, abs=50)
     assert 0 < metrics["first_text_ms"] <= metrics["first_sentence_ms"] <= metrics["total_ms"]
