@@ -115,7 +115,7 @@ def main() -> None:
         tts_url = args.tts_url
         if not tts_url:
             print(f"TTS model: {args.model_dir}")
-            argv = [sys.executable, "-m", "kokoro_tts.serve", "--host", "127.0.0.1"]
+            argv = [sys.executable, "-m", "kokoro_tts.server.serve", "--host", "127.0.0.1"]
             tts_env = {**env, "KOKORO_MODEL_DIR": args.model_dir}
             tts_url = start(stack, "TTS server", argv, tts_env, out / "demo-tts.log", args.port, args.ready_timeout)
         print(

@@ -37,7 +37,7 @@ BUDGET_S = 8 * 60  # the whole check, install excluded: each step is bounded to 
 def gpu_problem() -> str | None:
     """Why this machine cannot run the torch backend on CUDA, or None."""
     import torch
-    from kokoro_tts.backends.torch import cuda_problem
+    from kokoro_tts.engine.backends.torch import cuda_problem
 
     if shutil.which("nvidia-smi") is None and not Path("/proc/driver/nvidia").exists():
         return "no NVIDIA driver here (no nvidia-smi, no /proc/driver/nvidia)"
@@ -111,7 +111,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     device = "cpu" if problem else "cuda"
 
-    from kokoro_tts.backends import torch_weights
+    from kokoro_tts.engine.backends import torch_weights
     from kokoro_tts.weights.layout import WeightLayout
 
     from scripts.weights.derive import derive_torch

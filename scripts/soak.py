@@ -37,8 +37,8 @@ import httpx
 from kokoro_client.deepgram import SPEAK_PATH
 from kokoro_client.local_ws import ws_url
 from kokoro_client.protocol import PING_PATH, WS_PATH
-from kokoro_tts.audio import ENCODING_THREADS
-from kokoro_tts.engine import TEXT_THREADS
+from kokoro_tts.audio.encoding import ENCODING_THREADS
+from kokoro_tts.engine.synthesis import TEXT_THREADS
 from prometheus_client.parser import text_string_to_metric_families
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed

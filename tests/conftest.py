@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 from hypercorn.asyncio import serve
 from kokoro_client.local_ws import ws_url
-from kokoro_tts.app import create_app
-from kokoro_tts.engine import TTSEngine
-from kokoro_tts.serve import hypercorn_config
+from kokoro_tts.engine.synthesis import TTSEngine
+from kokoro_tts.server.app import create_app
+from kokoro_tts.server.serve import hypercorn_config
 from kokoro_tts.settings import Settings
 from starlette.applications import Starlette
 from support.idle import wait_idle
@@ -109,10 +109,10 @@ def tight_admission(server: RunningServer) -> Iterator[None]:
 @pytest.fixture
 def tts_sessions(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
     """Counts the TTS server's WebSocket sessions as they start and end (the server runs in this process)."""
-    import kokoro_tts.app
+    import kokoro_tts.server.app
 
     counts = {"started": 0, "ended": 0}
-    base = kokoro_tts.app.BidiSession
+    base = kokoro_tts.server.app.BidiSession
 
     class Counted(base):  # type: ignore[misc, valid-type]
         async def run(self) -> None:
@@ -122,7 +122,7 @@ def tts_sessions(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
             finally:
                 counts["ended"] += 1
 
-    monkeypatch.setattr(kokoro_tts.app, "BidiSession", Counted)
+    monkeypatch.setattr(kokoro_tts.server.app, "BidiSession", Counted)
     return counts
 
 

@@ -23,7 +23,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 if TYPE_CHECKING:
-    from .engine import TTSEngine
+    from kokoro_tts.engine.synthesis import TTSEngine
 
 # One line per utterance, with its numbers as fields: where /metrics cannot be reached (SageMaker), CloudWatch
 # Logs Insights computes the same figures from these (docs/observability.md).

@@ -62,7 +62,7 @@ class Settings:
     workers: int = field(default_factory=lambda: _env_int("KOKORO_WORKERS", 0))
     # Threads inside one inference job (onnxruntime intra-op); 0 lets the backend choose.
     threads: int = field(default_factory=lambda: _env_int("KOKORO_THREADS", 0))
-    # Decode each chunk's audio window by window (vocoder_windows.py), each window its own scheduler job, so the
+    # Decode each chunk's audio window by window (engine/windows.py), each window its own scheduler job, so the
     # first audio costs one short window; 0 synthesizes whole chunks (the side-by-side baseline). onnx only.
     windowed: bool = field(default_factory=lambda: os.environ.get("KOKORO_WINDOWED", "1") != "0")
     min_speed: float = MIN_SPEED

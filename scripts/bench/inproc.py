@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from kokoro_client.audio import SAMPLE_RATE
-from kokoro_tts.engine import TTSEngine
+from kokoro_tts.engine.synthesis import TTSEngine
 from kokoro_tts.settings import Settings
 
 from .client import model_dir

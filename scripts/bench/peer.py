@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 from kokoro_client.audio import SAMPLE_RATE
-from kokoro_tts.backends.onnx import OnnxBackend
-from kokoro_tts.text_chunks import split_utterance
+from kokoro_tts.engine.backends.onnx import OnnxBackend
+from kokoro_tts.text.chunks import split_utterance
 from kokoro_tts.weights.layout import WeightLayout
 
 from .client import model_dir

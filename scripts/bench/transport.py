@@ -1,7 +1,8 @@
 """transport: what each audio format and each framing costs on the wire, and proof that quality holds.
 
 24 sentences are synthesized once (raw PCM from one WS session), then each is encoded as every format the server
-offers, with the server's own encoders (kokoro_tts.audio), one complete stream per segment as the server sends it.
+offers, with the server's own encoders (kokoro_tts.audio.encoding), one complete stream per segment as the server
+sends it.
 Framing: the agent's SSE (``data: {json}\\n\\n`` per audio_chunk event, the audio base64 inside) against WebSocket
 binary frames (the bytes plus a 2-10 byte frame header). Quality: each encoded segment is decoded with PyAV and
 transcribed by pocketsphinx; the word error rate per format should match PCM's.
@@ -18,7 +19,7 @@ from concurrent.futures import ProcessPoolExecutor
 import av
 import numpy as np
 from kokoro_client.audio import SAMPLE_RATE
-from kokoro_tts.audio import FORMATS, audio_format, make_encoder
+from kokoro_tts.audio.encoding import FORMATS, audio_format, make_encoder
 from voice_agent.events import Events
 
 from scripts.speech import transcribe, word_errors

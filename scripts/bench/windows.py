@@ -24,13 +24,13 @@ from pathlib import Path
 
 import numpy as np
 import onnx
-from kokoro_tts.backends.onnx import OnnxBackend
-from kokoro_tts.backends.ort_sessions import exact_int8_dot_products
-from kokoro_tts.backends.stages import SAMPLES_PER_FRAME, ChunkPool, Prosody
-from kokoro_tts.phonemes import Phonemizer
-from kokoro_tts.text_chunks import split_utterance
-from kokoro_tts.vocoder_windows import Decode, DecoderSpeed, WindowPlan, decode_in_windows
-from kokoro_tts.voices import VoiceBank
+from kokoro_tts.engine.backends.onnx import OnnxBackend
+from kokoro_tts.engine.backends.ort_sessions import exact_int8_dot_products
+from kokoro_tts.engine.backends.stages import SAMPLES_PER_FRAME, ChunkPool, Prosody
+from kokoro_tts.engine.voices import VoiceBank
+from kokoro_tts.engine.windows import Decode, DecoderSpeed, WindowPlan, decode_in_windows
+from kokoro_tts.text.chunks import split_utterance
+from kokoro_tts.text.phonemes import Phonemizer
 from kokoro_tts.weights.layout import WeightLayout
 
 from scripts.weights.dequantize import dequantize

@@ -4,7 +4,7 @@ The shipped export quantizes every activation on the fly (``DynamicQuantizeLinea
 runs integer kernels. Here the weights are dequantized once, ``(w - zero_point) * scale``: the same weights the
 export carries, so nothing is added, but onnxruntime runs its float kernels, and the activations are no longer
 rounded to 8 bits with a scale that depends on the whole tensor (which couples distant samples: see
-vocoder_windows.py). The pattern rewritten, as the quantizer wrote it::
+engine/windows.py). The pattern rewritten, as the quantizer wrote it::
 
     DynamicQuantizeLinear(x) → xq, x_scale, x_zero
     ConvInteger(xq, wq, x_zero, w_zero) [→ Add(int32 bias)] → Cast → Mul(x_scale * w_scale) → y

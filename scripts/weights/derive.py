@@ -203,7 +203,7 @@ def derive_state_dict(onnx_path: Path, config_path: Path) -> tuple[dict[str, dic
     """KModel's state dict, grouped as kokoro-v1_0.pth is ({"bert": …, "decoder": …}), and the keys filled
     without a source in the export."""
     import torch
-    from kokoro_tts.backends.torch import load_kmodel
+    from kokoro_tts.engine.backends.torch import load_kmodel
 
     model = load_kmodel(config_path, None)
     target = model.state_dict()

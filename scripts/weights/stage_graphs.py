@@ -16,8 +16,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from kokoro_tts.backends.ort_sessions import exact_int8_dot_products
-from kokoro_tts.backends.stages import (
+from kokoro_tts.engine.backends.ort_sessions import exact_int8_dot_products
+from kokoro_tts.engine.backends.stages import (
     DECODER_INPUTS,
     FEATURES_INPUTS,
     FEATURES_OUTPUTS,
@@ -135,8 +135,8 @@ def derive_norm_priors(layout: WeightLayout, graphs: tuple[Path, Path, Path], de
     silent share), [2, 2, C] per voice and graph in ``dest`` (an .npz, with the silent tokens; English phonemes for
     every voice: a prior only)."""
     import numpy as np
-    from kokoro_tts.phonemes import Phonemizer
-    from kokoro_tts.voices import VoiceBank
+    from kokoro_tts.engine.voices import VoiceBank
+    from kokoro_tts.text.phonemes import Phonemizer
 
     vocab = layout.config()["vocab"]
     voices, phonemizer = VoiceBank(layout), Phonemizer(vocab)
@@ -364,7 +364,7 @@ def _integer_matmul(graph: Any, conv: Any, weight: Any, w_zero: int, attrs: dict
 
 def norm_statistics_as_inputs(model: Any, probe_feeds: dict[str, Any]) -> int:
     """Let a graph's AdaIN layers normalise with statistics pooled over more than the frames they are given: a window
-    of a chunk (vocoder_windows.py) then normalises nearly as the whole chunk does. Returns the channels in all
+    of a chunk (engine/windows.py) then normalises nearly as the whole chunk does. Returns the channels in all
     (``C``: the layers' channel counts summed, in graph order); ``probe_feeds``: a few frames of the graph's inputs,
     which it is run on once to count them.
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from kokoro_tts.audio import FORMATS, make_encoder
+from kokoro_tts.audio.encoding import FORMATS, make_encoder
 from voice_agent.audio_length import AudioLength, default_rate
 
 SECONDS = 2.0

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from kokoro_client.audio import SAMPLE_RATE
-from kokoro_tts.audio import FORMATS
+from kokoro_tts.audio.encoding import FORMATS
 
 from scripts.bench.client import underruns
 

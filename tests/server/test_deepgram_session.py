@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 from kokoro_client.deepgram import SPEAK_PATH
-from kokoro_tts.deepgram_session import DeepgramSession
+from kokoro_tts.sessions.deepgram import DeepgramSession
 from support.ws_client import assert_synthesis_stopped
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed

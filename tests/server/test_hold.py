@@ -18,7 +18,7 @@ import h2.connection
 import h2.events
 import httpx
 import pytest
-from kokoro_tts.text_chunks import MAX_CHUNK_CHARS, split_utterance
+from kokoro_tts.text.chunks import MAX_CHUNK_CHARS, split_utterance
 from support.idle import wait_idle
 from support.ws_client import Transcript, receive_until
 from websockets.asyncio.client import connect

@@ -17,7 +17,7 @@ from conftest import RunningServer
 from kokoro_client import logs
 from support.log_capture import captured_log
 
-FORGED = "2026-12-02 07:00:00,000 CRITICAL kokoro_tts.app forged"
+FORGED = "2026-12-02 07:00:00,000 CRITICAL kokoro_tts.server.app forged"
 # What a client may send: a line break, a carriage return, an escape sequence, Unicode's line separator and a
 # right-to-left override, each before a line that would pass for one of the server's.
 HOSTILE = [f"x\n{FORGED}", f"x\r{FORGED}", f"x\x1b[2K\r{FORGED}", f"x\u2028{FORGED}", f"x\u202e{FORGED}"]

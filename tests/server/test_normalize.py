@@ -7,8 +7,8 @@ from __future__ import annotations
 import re
 
 import pytest
-from kokoro_tts.normalize import TextMap, longest_number, normalize
-from kokoro_tts.phonemes import Phonemizer, clean_text_mapped
+from kokoro_tts.text.normalize import TextMap, longest_number, normalize
+from kokoro_tts.text.phonemes import Phonemizer, clean_text_mapped
 from support.timing import best_cpu_time
 
 # input → what normalize() makes of it (US English unless the case says "b:").
@@ -201,7 +201,7 @@ def test_engine_normalizes_english_only(server) -> None:  # type: ignore[no-unty
 def test_listener_hears_dollars_and_cents(server) -> None:  # type: ignore[no-untyped-def]
     """Whisper writes amounts as digits ("$42.50"): its transcript is read back into words by num2words before
     comparing, so "$42.50" and "forty-two dollars and fifty cents" both count, and "42.5" or "$4,250" do not."""
-    from kokoro_tts.engine import TTSEngine
+    from kokoro_tts.engine.synthesis import TTSEngine
     from num2words import num2words
     from support.listener import WhisperListener, words
 

@@ -17,10 +17,10 @@ import numpy as np
 import openai
 import pytest
 from kokoro_client.errors import ErrorCode, TTSError
-from kokoro_tts.backends.stages import SAMPLES_PER_FRAME
-from kokoro_tts.openai_api import MODELS, OPENAI_VOICES
-from kokoro_tts.phonemes import LANGUAGE_NAMES
-from kokoro_tts.voices import VoiceBank
+from kokoro_tts.engine.backends.stages import SAMPLES_PER_FRAME
+from kokoro_tts.engine.voices import VoiceBank
+from kokoro_tts.routes.openai import MODELS, OPENAI_VOICES
+from kokoro_tts.text.phonemes import LANGUAGE_NAMES
 from kokoro_tts.weights.layout import WeightLayout
 from support.listener import WhisperListener, word_errors
 
@@ -131,10 +131,10 @@ def test_a_livekit_style_sse_request(server: Any) -> None:
 
 
 def test_an_error_after_the_stream_started_is_its_last_event(server: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    import kokoro_tts.openai_api
+    import kokoro_tts.routes.openai
 
     calls = []
-    chunk_events = kokoro_tts.openai_api._chunk_events
+    chunk_events = kokoro_tts.routes.openai._chunk_events
 
     def failing_second(chunk: Any, *rest: Any) -> list[dict[str, Any]]:
         calls.append(chunk)
@@ -142,7 +142,7 @@ def test_an_error_after_the_stream_started_is_its_last_event(server: Any, monkey
             raise TTSError(ErrorCode.SHUTTING_DOWN, "The server is shutting down; retry on another instance.")
         return chunk_events(chunk, *rest)
 
-    monkeypatch.setattr(kokoro_tts.openai_api, "_chunk_events", failing_second)
+    monkeypatch.setattr(kokoro_tts.routes.openai, "_chunk_events", failing_second)
     body = {"input": "Thanks for waiting. Your order shipped today.", "response_format": "pcm", "stream_format": "sse"}
     response = httpx.post(f"{server.base_url}/v1/audio/speech", json=body, timeout=60)
     assert response.status_code == 200

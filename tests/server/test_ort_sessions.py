@@ -8,10 +8,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from kokoro_tts.backends import onnx as onnx_backend
-from kokoro_tts.backends.ort_sessions import RUN_OPTIONS, SessionPair, exact_int8_dot_products
-from kokoro_tts.backends.stages import NormPool
-from kokoro_tts.backends.threads import run_as
+from kokoro_tts.engine.backends import onnx as onnx_backend
+from kokoro_tts.engine.backends.ort_sessions import RUN_OPTIONS, SessionPair, exact_int8_dot_products
+from kokoro_tts.engine.backends.stages import NormPool
+from kokoro_tts.engine.backends.threads import run_as
 from kokoro_tts.weights.layout import (
     DECODER_GRAPH,
     DECODER_GRAPH_VNNI,

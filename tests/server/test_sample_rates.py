@@ -12,7 +12,7 @@ import httpx
 import numpy as np
 import pytest
 from kokoro_client.audio import SAMPLE_RATE, SAMPLE_RATES
-from kokoro_tts.audio import FORMATS, audio_format, make_encoder, output_rate
+from kokoro_tts.audio.encoding import FORMATS, audio_format, make_encoder, output_rate
 from support.listener import WhisperListener, word_errors
 from websockets.asyncio.client import connect
 

@@ -8,8 +8,8 @@ import time
 
 import pytest
 from kokoro_client.errors import ErrorCode, TTSError
-from kokoro_tts.backends.threads import alone
-from kokoro_tts.scheduler import MEASURED, UNMEASURED_JOB_S, DeadlineScheduler, JobRecord
+from kokoro_tts.engine.backends.threads import alone
+from kokoro_tts.engine.scheduler import MEASURED, UNMEASURED_JOB_S, DeadlineScheduler, JobRecord
 
 
 async def test_earliest_deadline_runs_first_and_cancelled_jobs_are_skipped() -> None:

@@ -17,7 +17,7 @@ from typing import Any
 
 import httpx
 import pytest
-from kokoro_tts.serve import ENVIRONMENT
+from kokoro_tts.server.serve import ENVIRONMENT
 from kokoro_tts.settings import Settings
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 
 import pytest
 from conftest import RunningServer
-from kokoro_tts import hypercorn_hardening
+from kokoro_tts.server import hypercorn_hardening
 from support.ws_client import Transcript, receive_until
 from websockets.asyncio.client import connect
 

@@ -17,10 +17,10 @@ import httpx
 import pytest
 from conftest import RunningServer
 from kokoro_client.chunker import split_sentences
-from kokoro_tts.normalize import TextMap, normalize
-from kokoro_tts.phonemes import clean_text_mapped
-from kokoro_tts.text_chunks import split_utterance
-from kokoro_tts.word_timing import TextCursor
+from kokoro_tts.engine.word_timing import TextCursor
+from kokoro_tts.text.chunks import split_utterance
+from kokoro_tts.text.normalize import TextMap, normalize
+from kokoro_tts.text.phonemes import clean_text_mapped
 from support.idle import wait_idle
 from support.timing import best_cpu_times
 

@@ -17,11 +17,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from kokoro_tts.backends import torch_weights
-from kokoro_tts.backends.onnx import OnnxBackend
-from kokoro_tts.backends.torch import TorchBackend, load_kmodel, pick_device
-from kokoro_tts.phonemes import Phonemizer
-from kokoro_tts.voices import VoiceBank
+from kokoro_tts.engine.backends import torch_weights
+from kokoro_tts.engine.backends.onnx import OnnxBackend
+from kokoro_tts.engine.backends.torch import TorchBackend, load_kmodel, pick_device
+from kokoro_tts.engine.voices import VoiceBank
+from kokoro_tts.text.phonemes import Phonemizer
 from kokoro_tts.weights.layout import DERIVED_TORCH, WeightLayout
 from support.listener import WhisperListener, word_error_rate
 
@@ -177,7 +177,7 @@ def test_device_choice(caplog: pytest.LogCaptureFixture) -> None:
         pick_device(fake_torch(False, cuda=None), "cuda")
     with pytest.raises(RuntimeError, match="cannot use them"):
         pick_device(fake_torch(False, count=1), "cuda")
-    with caplog.at_level(logging.WARNING, logger="kokoro_tts.backends.torch"):
+    with caplog.at_level(logging.WARNING, logger="kokoro_tts.engine.backends.torch"):
         assert pick_device(fake_torch(False), "auto") == "cpu"
     assert "running the torch backend on the CPU because no NVIDIA GPU is visible" in caplog.text
     with pytest.raises(ValueError, match="KOKORO_DEVICE must be"):

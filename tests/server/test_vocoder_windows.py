@@ -32,10 +32,10 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from kokoro_tts.audio import float_to_pcm16
-from kokoro_tts.backends.onnx import OnnxBackend
-from kokoro_tts.backends.ort_sessions import exact_int8_dot_products
-from kokoro_tts.backends.stages import (
+from kokoro_tts.audio.encoding import float_to_pcm16
+from kokoro_tts.engine.backends.onnx import OnnxBackend
+from kokoro_tts.engine.backends.ort_sessions import exact_int8_dot_products
+from kokoro_tts.engine.backends.stages import (
     FEATURES_CONTEXT,
     FEATURES_PRIOR,
     PRIOR_FRAMES,
@@ -45,9 +45,9 @@ from kokoro_tts.backends.stages import (
     OnnxStages,
     silent_fraction,
 )
-from kokoro_tts.phonemes import Phonemizer
-from kokoro_tts.vocoder_windows import FRAME_S, ChunkWindows, Decode, DecoderSpeed, WindowPlan, decode_in_windows
-from kokoro_tts.voices import VoiceBank
+from kokoro_tts.engine.voices import VoiceBank
+from kokoro_tts.engine.windows import FRAME_S, ChunkWindows, Decode, DecoderSpeed, WindowPlan, decode_in_windows
+from kokoro_tts.text.phonemes import Phonemizer
 from kokoro_tts.weights.layout import EARLIER_STAGE_GRAPHS, MANIFEST, WeightLayout, hash_file
 from support.audio_metrics import log_mel_l1_db, seam_features
 from support.listener import WhisperListener, word_errors
@@ -266,7 +266,7 @@ def test_front_outputs_line_up(stages: OnnxStages, cases: list[Case]) -> None:
     assert prosody.durations.size == len(case.tokens) + 2
     assert int(prosody.durations.sum()) == prosody.frames
     assert prosody.f0.shape[-1] == prosody.energy.shape[-1] == 2 * prosody.frames
-    assert prosody.features is None  # made for the windows after the first (engine.py)
+    assert prosody.features is None  # made for the windows after the first (engine/synthesis.py)
     stages.complete(prosody)
     assert prosody.features is not None and prosody.harmonics is not None
     assert prosody.features.shape[-1] == 2 * prosody.frames

@@ -12,9 +12,9 @@ import httpx
 import numpy as np
 import pytest
 from conftest import RunningServer
-from kokoro_tts.audio import FORMATS, make_encoder
-from kokoro_tts.phonemes import LANGUAGE_NAMES
-from kokoro_tts.voices import VoiceBank
+from kokoro_tts.audio.encoding import FORMATS, make_encoder
+from kokoro_tts.engine.voices import VoiceBank
+from kokoro_tts.text.phonemes import LANGUAGE_NAMES
 from kokoro_tts.weights.layout import WeightLayout
 
 

@@ -11,8 +11,8 @@ from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 import pytest
-from kokoro_tts.scheduler import JobRecord
-from kokoro_tts.vocoder_windows import WindowPlan
+from kokoro_tts.engine.scheduler import JobRecord
+from kokoro_tts.engine.windows import WindowPlan
 from support.idle import wait_idle
 from support.ws_client import Transcript, receive_until
 from websockets.asyncio.client import ClientConnection, connect

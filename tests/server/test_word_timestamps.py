@@ -32,10 +32,10 @@ import numpy as np
 import pytest
 from conftest import RunningServer
 from kokoro_client.protocol import Words, WordTiming, parse_server_frame
-from kokoro_tts.audio import SAMPLE_RATE
-from kokoro_tts.normalize import TextMap
-from kokoro_tts.phonemes import MAX_PHONEME_TOKENS, Phonemes, Phonemizer, SpokenWord, TokenBatch
-from kokoro_tts.word_timing import TextCursor, batch_words, timings
+from kokoro_tts.audio.encoding import SAMPLE_RATE
+from kokoro_tts.engine.word_timing import TextCursor, batch_words, timings
+from kokoro_tts.text.normalize import TextMap
+from kokoro_tts.text.phonemes import MAX_PHONEME_TOKENS, Phonemes, Phonemizer, SpokenWord, TokenBatch
 from support.ws_client import Transcript, completes, receive_until
 from websockets.asyncio.client import connect
 
@@ -183,9 +183,9 @@ async def test_no_words_for_languages_the_g2p_does_not_split(server: Any) -> Non
 
 def test_torch_kmodel_gives_durations_the_audio_follows(model_dir: Any) -> None:
     """On the torch backend (no stages) the words come from KModel's pred_dur: 600 samples per frame there too."""
-    from kokoro_tts.backends import torch_weights
-    from kokoro_tts.backends.torch import TorchBackend
-    from kokoro_tts.voices import VoiceBank
+    from kokoro_tts.engine.backends import torch_weights
+    from kokoro_tts.engine.backends.torch import TorchBackend
+    from kokoro_tts.engine.voices import VoiceBank
     from kokoro_tts.weights.layout import WeightLayout
 
     layout = WeightLayout(model_dir)

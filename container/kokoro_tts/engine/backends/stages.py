@@ -44,7 +44,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .ort_sessions import RUN_OPTIONS, SessionPair
+from kokoro_tts.engine.backends.ort_sessions import RUN_OPTIONS, SessionPair
 
 SAMPLES_PER_FRAME = 600  # audio samples per aligned frame (25 ms at 24 kHz)
 FEATURES_PER_FRAME = 2  # the generator's input runs at twice the aligned frame rate (F0's rate)

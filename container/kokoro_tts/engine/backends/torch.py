@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 if TYPE_CHECKING:
-    from . import Stages
+    from kokoro_tts.engine.backends import Stages
 
 log = logging.getLogger(__name__)
 

@@ -33,7 +33,7 @@ from typing import Any
 
 from kokoro_client.errors import ErrorCode, TTSError
 
-from .backends.threads import run_as
+from kokoro_tts.engine.backends.threads import run_as
 
 # A refused client is told to come back after this long at least (HTTP Retry-After), and at most after the longest.
 MIN_RETRY_AFTER_S = 1

@@ -6,7 +6,8 @@ import re
 from pathlib import Path
 
 import pytest
-from kokoro_tts.backends.cuda_hosts import SAGEMAKER_INFERENCE_AMIS, host_of, runs
+
+from scripts.deploy.cuda_hosts import SAGEMAKER_INFERENCE_AMIS, host_of, runs
 
 REPO = Path(__file__).resolve().parents[2]
 TORCH_LOCK = REPO / "container" / "requirements-torch.lock"

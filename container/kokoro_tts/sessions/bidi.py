@@ -41,11 +41,14 @@ from kokoro_client.protocol import (
 )
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from . import metrics
-from .audio import AudioFormat, audio_format, off_loop_encoder, output_rate
-from .engine import SpeechRequest, TTSEngine
-from .hypercorn_hardening import OVERSIZE_KEY
-from .scheduler import Interrupted, unless
+from kokoro_tts import metrics
+from kokoro_tts.audio.encoding import AudioFormat, audio_format, off_loop_encoder, output_rate
+from kokoro_tts.engine.scheduler import Interrupted, unless
+from kokoro_tts.engine.synthesis import SpeechRequest, TTSEngine
+
+# The ASGI receive message key the server sets (server/hypercorn_hardening.py) on a frame over the size limit
+# it dropped: the session answers message_too_large and goes on.
+OVERSIZE_KEY = "kokoro.oversize_bytes"
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +79,7 @@ class _Defaults:
 
 
 class BidiSession:
-    """The session protocol. Another wire protocol on the same machinery (deepgram_session.py) overrides the
+    """The session protocol. Another wire protocol on the same machinery (sessions/deepgram.py) overrides the
     hooks: ``_opened``, ``_parse``, ``_handle``, and ``_started``/``_completed``/``_stopped``/``_finished`` around
     each utterance's audio, ``_send_error``, ``_end_for_shutdown``."""
 

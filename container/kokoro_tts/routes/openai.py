@@ -25,12 +25,21 @@ from sse_starlette import JSONServerSentEvent
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from . import metrics
-from .audio import AudioFormat, OffLoopEncoder, audio_format, make_encoder, output_rate
-from .backends.stages import SAMPLES_PER_FRAME
-from .engine import AudioChunk, SpeechRequest, TTSEngine
-from .http_api import GONE, ClientGone, Render, engine_of, first_then, json_body, read_body, stream_speech
-from .tempo import TempoStretcher, split_speed
+from kokoro_tts import metrics
+from kokoro_tts.audio.encoding import AudioFormat, OffLoopEncoder, audio_format, make_encoder, output_rate
+from kokoro_tts.audio.tempo import TempoStretcher, split_speed
+from kokoro_tts.engine.backends.stages import SAMPLES_PER_FRAME
+from kokoro_tts.engine.synthesis import AudioChunk, SpeechRequest, TTSEngine
+from kokoro_tts.routes.sagemaker import (
+    GONE,
+    ClientGone,
+    Render,
+    engine_of,
+    first_then,
+    json_body,
+    read_body,
+    stream_speech,
+)
 
 log = logging.getLogger(__name__)
 

@@ -19,12 +19,12 @@ from hypercorn.config import Config, Sockets
 from hypercorn.utils import wrap_app
 from kokoro_client import logs
 
-from . import hypercorn_hardening
-from .app import begin_shutdown, create_app
-from .request_ids import AccessFields
-from .settings import Settings
+from kokoro_tts.server import hypercorn_hardening
+from kokoro_tts.server.app import begin_shutdown, create_app
+from kokoro_tts.server.request_ids import AccessFields
+from kokoro_tts.settings import Settings
 
-log = logging.getLogger("kokoro_tts.serve")
+log = logging.getLogger("kokoro_tts.server.serve")
 
 # Each setting's environment variable, as settings.py reads it (shown by --help).
 ENVIRONMENT = {

@@ -1,6 +1,6 @@
 """WS /v1/speak, and the session path with Deepgram's query: Deepgram's TTS WebSocket on the session machinery.
 
-The vocabulary is kokoro_client.deepgram's; everything else is BidiSession's (ws_session.py): one speaker task per
+The vocabulary is kokoro_client.deepgram's; everything else is BidiSession's (sessions/bidi.py): one speaker task per
 session speaks queued utterances in order, the same caps (text, queue, message size, server-wide waiting), the same
 end when the client vanishes, the same drain on shutdown. What differs:
 - Speak text goes through the sentence chunker (kokoro_client.chunker), so a client may send an LLM's tokens as
@@ -45,9 +45,9 @@ from kokoro_client.deepgram import (
 from kokoro_client.errors import ErrorCode, TTSError, quoted
 from kokoro_client.protocol import CLOSE_GOING_AWAY, SynthesisComplete
 
-from .audio import AudioFormat, audio_format, output_rate
-from .engine import TTSEngine
-from .ws_session import BidiSession, Utterance
+from kokoro_tts.audio.encoding import AudioFormat, audio_format, output_rate
+from kokoro_tts.engine.synthesis import TTSEngine
+from kokoro_tts.sessions.bidi import BidiSession, Utterance
 
 MODEL_VERSION = "kokoro-82m-v1.0"
 

@@ -2,13 +2,13 @@
 
 ``TTSEngine.stream`` splits the utterance into text chunks (a sentence or a clause) and each chunk into token
 batches of at most 510 tokens. With the backend's stages (``settings.windowed``, the onnx default) a batch's
-audio is then decoded in vocoder windows (vocoder_windows.py): the first job of a batch runs the prosody front
+audio is then decoded in vocoder windows (engine/windows.py): the first job of a batch runs the prosody front
 and a short first window (its input made from a prefix of the batch: backends/stages.py), the second makes the
 whole batch's input and its window, every later job one more window, sized by the decoder's measured speed against
 the audio already queued. Without stages each batch is one job (the whole chunk at once).
 
 Every scheduler job is bounded: phonemizing one text chunk (at most ``MAX_CHUNK_CHARS``, and for English at most
-``MAX_CHUNK_PIECES`` pieces in words of at most ``MAX_WORD_PIECES``: text_chunks.py), or one window (or one batch);
+``MAX_CHUNK_PIECES`` pieces in words of at most ``MAX_WORD_PIECES``: text/chunks.py), or one window (or one batch);
 so no utterance holds a worker or the G2P longer than that, whatever its text. Before the first job, the text is
 cleaned, normalized and chunked in a thread, never on the event loop. Each job is due when the audio before
 it has finished playing (the first of an utterance: now), so another session's first window goes ahead of this
@@ -33,19 +33,19 @@ import numpy as np
 from kokoro_client.errors import ErrorCode, TTSError, quoted
 from kokoro_client.protocol import WordTiming
 
-from .audio import SAMPLE_RATE, float_to_pcm16
-from .backends import Backend, load_backend
-from .backends.stages import SAMPLES_PER_FRAME
-from .backends.threads import run_as
-from .normalize import ENGLISH, longest_number, normalize
-from .phonemes import Phonemizer, TokenBatch, clean_text_mapped, kept_characters
-from .scheduler import DeadlineScheduler, Limit
-from .settings import Settings
-from .text_chunks import split_utterance
-from .text_map import TextMap
-from .vocoder_windows import ChunkWindows, DecoderSpeed, WindowPlan, decode_in_windows
-from .voices import Voice, VoiceBank
-from .word_timing import TextCursor, TimedWord, batch_words, timings
+from kokoro_tts.audio.encoding import SAMPLE_RATE, float_to_pcm16
+from kokoro_tts.engine.backends import Backend, load_backend
+from kokoro_tts.engine.backends.stages import SAMPLES_PER_FRAME
+from kokoro_tts.engine.backends.threads import run_as
+from kokoro_tts.engine.scheduler import DeadlineScheduler, Limit
+from kokoro_tts.engine.voices import Voice, VoiceBank
+from kokoro_tts.engine.windows import ChunkWindows, DecoderSpeed, WindowPlan, decode_in_windows
+from kokoro_tts.engine.word_timing import TextCursor, TimedWord, batch_words, timings
+from kokoro_tts.settings import Settings
+from kokoro_tts.text.chunks import split_utterance
+from kokoro_tts.text.normalize import ENGLISH, longest_number, normalize
+from kokoro_tts.text.phonemes import Phonemizer, TokenBatch, clean_text_mapped, kept_characters
+from kokoro_tts.text.text_map import TextMap
 
 log = logging.getLogger(__name__)
 
@@ -145,7 +145,7 @@ class TTSEngine:
 
     @classmethod
     def load(cls, settings: Settings) -> TTSEngine:
-        from .weights.layout import WeightLayout
+        from kokoro_tts.weights.layout import WeightLayout
 
         layout = WeightLayout(settings.model_dir)
         if problems := layout.problems():  # cheap (sizes only): says which file, not onnxruntime's NO_SUCHFILE

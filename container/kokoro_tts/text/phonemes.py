@@ -17,7 +17,7 @@ from typing import Any
 
 from kokoro_client.errors import ErrorCode, TTSError
 
-from .text_map import TextMap
+from kokoro_tts.text.text_map import TextMap
 
 # The model's context is 512 tokens; two of them are the pad tokens that open and close every input.
 MAX_PHONEME_TOKENS = 510

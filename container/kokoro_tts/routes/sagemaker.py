@@ -1,5 +1,5 @@
 """HTTP routes: GET /ping, GET /health, POST /invocations (SageMaker); and the streaming every synthesis route shares
-(``stream_speech``; the OpenAI-compatible routes are openai_api.py).
+(``stream_speech``; the OpenAI-compatible routes are routes/openai.py).
 
 Every POST route streams: the first chunk is synthesized before the response starts (so a request with nothing
 speakable still gets a 4xx), then each later chunk's bytes leave as soon as they exist. Work is done only for a
@@ -22,10 +22,10 @@ from kokoro_client.errors import INTERNAL_ERROR_MESSAGE, ErrorCode, TTSError, qu
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
-from . import metrics
-from .audio import AudioFormat, audio_format, off_loop_encoder, output_rate
-from .engine import AudioChunk, SpeechRequest, TTSEngine
-from .scheduler import Interrupted, unless
+from kokoro_tts import metrics
+from kokoro_tts.audio.encoding import AudioFormat, audio_format, off_loop_encoder, output_rate
+from kokoro_tts.engine.scheduler import Interrupted, unless
+from kokoro_tts.engine.synthesis import AudioChunk, SpeechRequest, TTSEngine
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +68,7 @@ def health_document(engine: TTSEngine) -> dict[str, Any]:
     """{status, backend, device, model_file, model_sha256 (from the layout's manifest), version}."""
     from importlib.metadata import PackageNotFoundError, version
 
-    from .weights.layout import LayoutError, WeightLayout
+    from kokoro_tts.weights.layout import LayoutError, WeightLayout
 
     backend = engine.backend
     try:

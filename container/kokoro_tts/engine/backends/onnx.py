@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
-from .ort_sessions import RUN_OPTIONS, SessionPair, exact_int8_dot_products
-from .stages import OnnxStages
+from kokoro_tts.engine.backends.ort_sessions import RUN_OPTIONS, SessionPair, exact_int8_dot_products
+from kokoro_tts.engine.backends.stages import OnnxStages
 
 log = logging.getLogger(__name__)
 
@@ -18,8 +18,8 @@ log = logging.getLogger(__name__)
 class OnnxBackend:
     """With the layout's derived stage graphs (``stage_paths``; ``int8_stage_paths`` on a CPU that runs them
     exactly): ``stages`` (the prosody front, the generator's input and the generator, for windowed decoding:
-    engine.py), and ``synthesize`` runs the same three on a whole chunk, so windowing on and off differ only in the
-    windows. Without them: the shipped monolithic graph."""
+    engine/synthesis.py), and ``synthesize`` runs the same three on a whole chunk, so windowing on and off differ only
+    in the windows. Without them: the shipped monolithic graph."""
 
     name = "onnx"
 

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 import numpy as np
 from kokoro_client.errors import ErrorCode, TTSError, quoted
 
-from .phonemes import LANGUAGE_NAMES, check_language
-from .weights.layout import WeightLayout
+from kokoro_tts.text.phonemes import LANGUAGE_NAMES, check_language
+from kokoro_tts.weights.layout import WeightLayout
 
 STYLE_ROWS = 510
 # Matched with fullmatch: "$" would also match before a trailing newline ("af_heart\n").

@@ -1,7 +1,7 @@
 """The Starlette application: routes, and the model loaded in the background so /ping can say 503 meanwhile.
 
 A model that cannot load is fatal: one log line says why and how to fix it, and ``on_fatal`` (``serve`` passes
-one) stops the process; /ping never turns 200. On shutdown ``begin_shutdown`` drains the sessions (ws_session.py).
+one) stops the process; /ping never turns 200. On shutdown ``begin_shutdown`` drains the sessions (sessions/bidi.py).
 """
 
 from __future__ import annotations
@@ -20,14 +20,15 @@ from starlette.middleware import Middleware
 from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket
 
-from . import metrics, openai_api
-from .captioned_api import CAPTIONED_PATH, captioned_speech
-from .deepgram_session import DeepgramSession
-from .engine import TTSEngine
-from .http_api import health, invocations, ping
-from .request_ids import RequestIds
-from .settings import Settings
-from .ws_session import BidiSession
+from kokoro_tts import metrics
+from kokoro_tts.engine.synthesis import TTSEngine
+from kokoro_tts.routes import openai as openai_api
+from kokoro_tts.routes.captioned import CAPTIONED_PATH, captioned_speech
+from kokoro_tts.routes.sagemaker import health, invocations, ping
+from kokoro_tts.server.request_ids import RequestIds
+from kokoro_tts.sessions.bidi import BidiSession
+from kokoro_tts.sessions.deepgram import DeepgramSession
+from kokoro_tts.settings import Settings
 
 log = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ import av
 import numpy as np
 from av.filter import Graph
 
-from .audio import SAMPLE_RATE
+from kokoro_tts.audio.encoding import SAMPLE_RATE
 
 
 def split_speed(speed: float, model_min: float, model_max: float) -> tuple[float, float]:

@@ -24,10 +24,10 @@ from kokoro_client.protocol import WordTiming
 from starlette.requests import Request
 from starlette.responses import Response
 
-from . import metrics
-from .engine import AudioChunk
-from .http_api import GONE, ClientGone, engine_of, first_then, json_body, read_body, stream_speech
-from .openai_api import SpeechBody, error_response, speech_body
+from kokoro_tts import metrics
+from kokoro_tts.engine.synthesis import AudioChunk
+from kokoro_tts.routes.openai import SpeechBody, error_response, speech_body
+from kokoro_tts.routes.sagemaker import GONE, ClientGone, engine_of, first_then, json_body, read_body, stream_speech
 
 CAPTIONED_PATH = "/dev/captioned_speech"
 

@@ -33,7 +33,7 @@ from collections.abc import Callable
 
 from num2words import num2words
 
-from .text_map import TextMap
+from kokoro_tts.text.text_map import TextMap
 
 __all__ = ["ENGLISH", "TextMap", "longest_number", "normalize"]
 

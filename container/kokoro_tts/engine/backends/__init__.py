@@ -16,13 +16,13 @@ from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
-from ..settings import Settings
+from kokoro_tts.settings import Settings
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from ..weights.layout import WeightLayout
-    from .stages import ChunkPool, Prosody
+    from kokoro_tts.engine.backends.stages import ChunkPool, Prosody
+    from kokoro_tts.weights.layout import WeightLayout
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +66,7 @@ class Backend(Protocol):
 
 
 def load_backend(settings: Settings) -> Backend:
-    from ..weights.layout import (
+    from kokoro_tts.weights.layout import (
         DECODER_GRAPH,
         DECODER_GRAPH_VNNI,
         FEATURES_GRAPH,
@@ -79,7 +79,7 @@ def load_backend(settings: Settings) -> Backend:
 
     layout = WeightLayout(settings.model_dir)
     if settings.backend == "onnx":
-        from .onnx import OnnxBackend
+        from kokoro_tts.engine.backends.onnx import OnnxBackend
 
         root = layout.root
         stages = (root / FRONT_GRAPH, root / FEATURES_GRAPH, root / DECODER_GRAPH)
@@ -98,7 +98,7 @@ def load_backend(settings: Settings) -> Backend:
             norm_priors=layout.root / NORM_PRIORS,
         )
     if settings.backend == "torch":
-        from .torch import TorchBackend
+        from kokoro_tts.engine.backends.torch import TorchBackend
 
         return TorchBackend(
             layout.config_path,
@@ -112,7 +112,7 @@ def load_backend(settings: Settings) -> Backend:
 
 def torch_weights(layout: WeightLayout) -> Path:
     """Hugging Face's kokoro-v1_0.pth when the layout has it, else the weights derived from the ONNX export."""
-    from ..weights.layout import DERIVED_TORCH, TORCH, LayoutError
+    from kokoro_tts.weights.layout import DERIVED_TORCH, TORCH, LayoutError
 
     try:
         files = layout.read_manifest().files

@@ -19,10 +19,10 @@ from dataclasses import dataclass
 import numpy as np
 from kokoro_client.protocol import WordTiming
 
-from .audio import SAMPLE_RATE
-from .backends.stages import SAMPLES_PER_FRAME
-from .phonemes import TokenBatch
-from .text_map import TextMap
+from kokoro_tts.audio.encoding import SAMPLE_RATE
+from kokoro_tts.engine.backends.stages import SAMPLES_PER_FRAME
+from kokoro_tts.text.phonemes import TokenBatch
+from kokoro_tts.text.text_map import TextMap
 
 
 @dataclass(frozen=True)

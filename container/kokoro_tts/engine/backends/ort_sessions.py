@@ -21,7 +21,7 @@ from pathlib import Path
 
 import onnxruntime as ort
 
-from .threads import alone
+from kokoro_tts.engine.backends.threads import alone
 
 _M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter
 _MMAP_THRESHOLD_BYTES = 4 << 20  # the arena grows in regions of 1 MB and up; its large ones are the ones to unmap

@@ -37,9 +37,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .audio import SAMPLE_RATE
-from .backends.stages import FEATURES_CONTEXT, SAMPLES_PER_FRAME
-from .backends.threads import alone
+from kokoro_tts.audio.encoding import SAMPLE_RATE
+from kokoro_tts.engine.backends.stages import FEATURES_CONTEXT, SAMPLES_PER_FRAME
+from kokoro_tts.engine.backends.threads import alone
 
 FRAME_S = SAMPLES_PER_FRAME / SAMPLE_RATE  # seconds of audio per aligned frame
 Decode = Callable[[int, int], np.ndarray]  # audio for aligned frames [start, stop)

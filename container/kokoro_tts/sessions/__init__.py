@@ -1,0 +1,1 @@
+"""The WebSocket front doors: the bidirectional session and its Deepgram dialect."""

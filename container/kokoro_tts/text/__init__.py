@@ -1,0 +1,1 @@
+"""Text in: normalization, cleaning with a map back to the client's characters, phonemes, chunks."""
