@@ -9,18 +9,15 @@ import subprocess
 import sys
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from hypercorn.asyncio import serve
-from kokoro_client.local_ws import ws_url
-from kokoro_tts.engine.synthesis import TTSEngine
 from kokoro_tts.server.app import create_app
 from kokoro_tts.server.serve import hypercorn_config
 from kokoro_tts.settings import Settings
-from starlette.applications import Starlette
 from support.idle import wait_idle
+from support.inproc_server import RunningServer
 
 from scripts.servers import free_port, wait_ready
 
@@ -49,25 +46,6 @@ def model_dir() -> Path:
     if not (path / "manifest.json").is_file():
         subprocess.run([sys.executable, "-m", "scripts.weights", "fetch", "--dest", str(path)], check=True)
     return path
-
-
-@dataclass
-class RunningServer:
-    app: Starlette
-    port: int
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    @property
-    def ws_url(self) -> str:
-        return ws_url(f"http://127.0.0.1:{self.port}")
-
-    @property
-    def engine(self) -> TTSEngine:
-        engine: TTSEngine = self.app.state.engine
-        return engine
 
 
 @pytest.fixture(scope="session")

@@ -25,6 +25,7 @@ from support.agent_fixtures import (
     types,
     wait_for,
 )
+from support.inproc_server import RunningServer
 from support.listener import WhisperListener, word_errors
 from voice_agent.events import Event
 from voice_agent.scripted_model import SIMULATED_NAME
@@ -36,13 +37,13 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def agent(server: Any) -> Iterator[AgentServer]:
+def agent(server: RunningServer) -> Iterator[AgentServer]:
     with AgentServer(agent_settings(server.base_url), make_model()).running() as running:
         yield running
 
 
 @pytest.fixture(scope="module")
-def replies(server: Any, agent: AgentServer) -> dict[str, list[Event]]:
+def replies(server: RunningServer, agent: AgentServer) -> dict[str, list[Event]]:
     """One bidi and one batch reply, shared by the assertions below (the real model is the slow part)."""
 
     async def both() -> dict[str, list[Event]]:
@@ -138,7 +139,7 @@ async def test_tts_down_is_tts_unavailable(mode: str) -> None:
 
 @pytest.mark.parametrize("mode", ["bidi", "batch"])
 async def test_llm_failing_mid_stream_is_llm_failed_after_the_text_so_far(
-    server: Any, tts_sessions: dict[str, int], mode: str
+    server: RunningServer, tts_sessions: dict[str, int], mode: str
 ) -> None:
     model = make_model(fail_after_tokens=6, **FAST)
     with AgentServer(agent_settings(server.base_url), model).running() as failing:
@@ -153,7 +154,9 @@ async def test_llm_failing_mid_stream_is_llm_failed_after_the_text_so_far(
 
 
 @pytest.mark.parametrize(("mode", "graceful"), [("bidi", False), ("batch", True)])
-async def test_tts_connection_lost_mid_reply_is_tts_session_dropped(server: Any, mode: str, graceful: bool) -> None:
+async def test_tts_connection_lost_mid_reply_is_tts_session_dropped(
+    server: RunningServer, mode: str, graceful: bool
+) -> None:
     # The proxy stands for the TTS server's process: cut() resets its connections as a crash would (or closes
     # them without a goodbye: graceful), after the first audio has reached the caller.
     with TCPProxy(server.port) as proxy:
@@ -170,7 +173,7 @@ async def test_tts_connection_lost_mid_reply_is_tts_session_dropped(server: Any,
 
 @pytest.mark.parametrize(("mode", "leave_after"), [("bidi", "audio_chunk"), ("batch", "text_delta")])
 async def test_a_caller_leaving_stops_the_llm_and_the_tts_session(
-    server: Any, tts_sessions: dict[str, int], mode: str, leave_after: str
+    server: RunningServer, tts_sessions: dict[str, int], mode: str, leave_after: str
 ) -> None:
     model = make_model()
     with AgentServer(agent_settings(server.base_url), model).running() as agent_:

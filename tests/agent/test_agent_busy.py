@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any
 
 import httpx
 import pytest
 from support.agent_fixtures import FAST, AgentServer, agent_settings, invoke, make_model, types
+from support.inproc_server import RunningServer
 from voice_agent.events import Event
 
 pytestmark = pytest.mark.slow
@@ -31,7 +31,7 @@ def spoke_in_full(events: list[Event]) -> bool:
 
 
 async def test_a_burst_past_capacity_ends_in_full_audio_or_a_prompt_tts_busy(
-    server: Any, tight_admission: None
+    server: RunningServer, tight_admission: None
 ) -> None:
     async with httpx.AsyncClient(timeout=60) as client:  # measured jobs for the scheduler's estimate
         (await client.post(f"{server.base_url}/invocations", json={"text": "Warming up."})).raise_for_status()

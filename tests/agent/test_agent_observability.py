@@ -15,6 +15,7 @@ from typing import Any
 import httpx
 import pytest
 from support.agent_fixtures import FAST, AgentServer, TCPProxy, agent_settings, invoke, make_model
+from support.inproc_server import RunningServer
 from support.scrape import scrape, value
 
 from scripts.servers import free_port, wait_ready
@@ -24,7 +25,7 @@ pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]
 
 
-async def test_agent_metrics_move_with_prompts_errors_and_drops(server: Any) -> None:
+async def test_agent_metrics_move_with_prompts_errors_and_drops(server: RunningServer) -> None:
     with AgentServer(agent_settings(server.base_url), make_model(**FAST)).running() as agent:
         before = scrape(agent.url)
         assert not [key for key in before if key[0].startswith("kokoro_tts")]  # the agent's own registry only
@@ -88,7 +89,7 @@ def traced_prompt(tts_url: str, mode: str, *flags: str) -> dict[str, Any]:
     return output
 
 
-def test_with_tracing_a_prompt_is_one_trace_from_the_reply_down_to_strands(server: Any) -> None:
+def test_with_tracing_a_prompt_is_one_trace_from_the_reply_down_to_strands(server: RunningServer) -> None:
     traced = traced_prompt(server.base_url, "bidi", "--tracing")
     assert traced["events"][-1] == "agent_end", traced["events"]
     spans = {span["name"]: span for span in traced["spans"]}
@@ -112,7 +113,7 @@ def test_with_tracing_a_prompt_is_one_trace_from_the_reply_down_to_strands(serve
     assert all(span["trace"] == reply["trace"] and root_of(span) is reply for span in strands)
 
 
-def test_without_tracing_nothing_is_configured_or_exported(server: Any) -> None:
+def test_without_tracing_nothing_is_configured_or_exported(server: RunningServer) -> None:
     untraced = traced_prompt(server.base_url, "batch")
     assert untraced["events"][-1] == "agent_end", untraced["events"]
     # The agent sets up no tracer provider of its own: the API's no-op stand-in stays, and no span is recorded.
@@ -120,7 +121,7 @@ def test_without_tracing_nothing_is_configured_or_exported(server: Any) -> None:
     assert untraced["spans"] == []
 
 
-def test_serve_writes_json_lines_with_the_invocation_ids(server: Any) -> None:
+def test_serve_writes_json_lines_with_the_invocation_ids(server: RunningServer) -> None:
     """`voice-agent serve` with the image's LOG_FORMAT=json: every line a JSON object; the lines written while an
     invocation is handled carry AgentCore's request and session ids."""
     port = free_port()

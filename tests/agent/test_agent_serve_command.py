@@ -10,11 +10,11 @@ import signal
 import socket
 import subprocess
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
 from conftest import REPO, make_dry_run
+from support.inproc_server import RunningServer
 from voice_agent.settings import ENVIRONMENT
 
 from scripts.servers import free_port, wait_ready
@@ -84,7 +84,7 @@ def test_help_describes_each_option_and_every_environment_variable() -> None:
 
 
 @pytest.mark.slow
-def test_each_log_line_is_printed_once(server: Any) -> None:
+def test_each_log_line_is_printed_once(server: RunningServer) -> None:
     """The AgentCore SDK's own logger used to print through its JSON handler and through the root one."""
     port = free_port()
     env = {**os.environ, "TTS_URL": server.base_url, "TTS_ENDPOINT_NAME": "", "PYTHONUNBUFFERED": "1"}

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 import voice_agent.app as agent_app
 from support.agent_fixtures import AgentServer, agent_settings, make_model, wait_for
+from support.inproc_server import RunningServer
 
 from scripts.sse import post_sse
 
@@ -33,7 +34,7 @@ class PassThrough:
 
 @pytest.mark.slow
 async def test_without_the_workaround_the_sdk_lets_a_hung_up_reply_run_to_its_end(
-    server: Any, monkeypatch: pytest.MonkeyPatch
+    server: RunningServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(agent_app, "HangupMiddleware", PassThrough)
     monkeypatch.setattr(agent_app, "hangup_of", lambda context: None)

@@ -24,6 +24,7 @@ import pytest
 from playwright.sync_api import Browser, ConsoleMessage, Page, Request, sync_playwright
 from starlette.testclient import TestClient
 from support.agent_fixtures import TEST_REPLY, AgentServer, agent_settings, make_model
+from support.inproc_server import RunningServer
 from voice_agent.app import create_app
 from voice_agent.scripted_model import DEFAULT_REPLY, ScriptedModel
 from voice_agent.web import ASSETS, HERE, is_loopback
@@ -73,7 +74,7 @@ def model() -> ScriptedModel:
 
 
 @pytest.fixture(scope="module")
-def agent(server: Any, model: ScriptedModel) -> Iterator[AgentServer]:
+def agent(server: RunningServer, model: ScriptedModel) -> Iterator[AgentServer]:
     with AgentServer(agent_settings(server.base_url, web_page=True), model).running() as running:
         # Pay the cold paths (the G2P's lexicons, the agent's worker loop) off the clock.
         httpx.post(f"{server.base_url}/invocations", json={"text": "Hello there! Warming up."}, timeout=60)

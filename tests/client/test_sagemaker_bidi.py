@@ -13,7 +13,6 @@ import json
 import socket
 from collections.abc import AsyncIterator
 from io import BytesIO
-from typing import Any
 
 import httpx
 import pytest
@@ -31,6 +30,7 @@ from kokoro_client.session import (
     TTSTransportError,
 )
 from smithy_aws_event_stream.events import Event
+from support.inproc_server import RunningServer
 from support.sagemaker import CREDENTIALS, SENTENCES, Certs, ScriptedContainer, sagemaker, scripted
 from support.ws_client import Transcript
 from websockets.asyncio.server import ServerConnection
@@ -55,7 +55,7 @@ async def until(events: AsyncIterator[TTSEvent], seen: list[TTSEvent], kind: str
     raise AssertionError(f"the stream ended before a {kind} event")
 
 
-async def test_three_sentences_stream_through_one_sagemaker_stream(server: Any, certs: Certs) -> None:
+async def test_three_sentences_stream_through_one_sagemaker_stream(server: RunningServer, certs: Certs) -> None:
     async with asyncio.timeout(60), sagemaker(f"ws://127.0.0.1:{server.port}", certs) as (transport, app):
         session = await transport.open_session(SessionOptions())
         events = aiter(session.events())
@@ -83,7 +83,7 @@ async def test_three_sentences_stream_through_one_sagemaker_stream(server: Any, 
     assert (stream.forwarded_frames, stream.signed_envelopes, stream.unsigned_events) == (4, 5, 0)
 
 
-async def test_a_malformed_part_is_an_error_event_and_the_stream_goes_on(server: Any, certs: Certs) -> None:
+async def test_a_malformed_part_is_an_error_event_and_the_stream_goes_on(server: RunningServer, certs: Certs) -> None:
     async with asyncio.timeout(60), sagemaker(f"ws://127.0.0.1:{server.port}", certs) as (transport, _):
         session = await transport.open_session(SessionOptions())
         assert isinstance(session, SageMakerBidiSession)

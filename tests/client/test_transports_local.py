@@ -27,6 +27,7 @@ from kokoro_client.session import (
     classify_chunk,
 )
 from support.agent_fixtures import FakeSource
+from support.inproc_server import RunningServer
 from voice_agent.pipeline import PipelineOptions, run_bidi
 from websockets.asyncio.server import ServerConnection, serve
 
@@ -62,7 +63,7 @@ async def _drain(events: AsyncIterator[TTSEvent]) -> list[TTSEvent]:
         return [event async for event in events]
 
 
-async def test_local_ws_session_speaks_sentences_in_order(server: Any) -> None:
+async def test_local_ws_session_speaks_sentences_in_order(server: RunningServer) -> None:
     transport = LocalWSTransport(server.base_url)
     session = await transport.open_session(SessionOptions(voice="af_heart", speed=1.1))
     try:
@@ -83,7 +84,7 @@ async def test_local_ws_session_speaks_sentences_in_order(server: Any) -> None:
     assert rms(pcm) > 300
 
 
-async def test_local_ws_server_errors_arrive_as_control_events(server: Any) -> None:
+async def test_local_ws_server_errors_arrive_as_control_events(server: RunningServer) -> None:
     session = await LocalWSTransport(server.base_url).open_session(SessionOptions(voice="zz_nobody"))
     try:
         await session.send_text("Hello.", "0")
@@ -100,14 +101,14 @@ async def test_local_ws_with_the_server_down_is_tts_unavailable() -> None:
     assert caught.value.code == "tts_unavailable"
 
 
-async def test_http_batch_streams_the_whole_reply(server: Any) -> None:
+async def test_http_batch_streams_the_whole_reply(server: RunningServer) -> None:
     batch = HTTPBatchTTS(server.base_url)
     async with asyncio.timeout(120):
         audio = b"".join([chunk async for chunk in batch.synthesize("One. Two.", SessionOptions())])
     assert len(audio) % 2 == 0 and rms(np.frombuffer(audio, dtype="<i2")) > 300
 
 
-async def test_http_batch_refusal_keeps_the_servers_code(server: Any) -> None:
+async def test_http_batch_refusal_keeps_the_servers_code(server: RunningServer) -> None:
     with pytest.raises(TTSTransportError) as caught:
         async for _ in HTTPBatchTTS(server.base_url).synthesize("   ", SessionOptions()):
             pass
@@ -237,7 +238,7 @@ def test_a_busy_refusal_is_tts_busy_with_the_servers_retry_after() -> None:
     )
 
 
-async def test_local_ws_refused_at_the_session_cap_is_tts_busy(server: Any) -> None:
+async def test_local_ws_refused_at_the_session_cap_is_tts_busy(server: RunningServer) -> None:
     sessions = server.engine.sessions
     ceiling, sessions.ceiling = sessions.ceiling, sessions.count  # the next session is one too many
     try:

@@ -8,9 +8,9 @@ import asyncio
 
 import pytest
 from botocore.exceptions import ClientError
-from conftest import RunningServer
 from support.agent_fixtures import FAST, agent_settings, make_model
 from support.agentcore_standin import deployed_agent
+from support.inproc_server import RunningServer
 
 from scripts.bench import deployed
 from scripts.bench.deployed import Deployment, run_isolated_deployed, run_runtime_deployed

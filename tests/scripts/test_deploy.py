@@ -35,6 +35,7 @@ from smithy_core.exceptions import SmithyIdentityError
 from support.account_standin import FakeAccount, account_app, account_endpoints
 from support.agent_fixtures import FAST, agent_settings, make_model
 from support.agentcore_standin import HealthStandin, deployed_agent, running
+from support.inproc_server import RunningServer
 from support.sagemaker import Certs, ScriptedContainer, sagemaker, scripted
 from websockets.asyncio.server import ServerConnection
 
@@ -888,7 +889,7 @@ def test_check_events_attributes_audio_to_each_sentence() -> None:
         check_events(events(start("smoke-0"), AudioEvent(b"abcd"), complete("smoke-0", 99)), ["smoke-0"])
 
 
-async def test_smoke_test_through_the_bidirectional_api(server: Any, certs: Certs) -> None:
+async def test_smoke_test_through_the_bidirectional_api(server: RunningServer, certs: Certs) -> None:
     async with asyncio.timeout(60), sagemaker(f"ws://127.0.0.1:{server.port}", certs) as (transport, app):
         result = await run_smoke(transport)
     assert [u.id for u in result.utterances] == ["smoke-0", "smoke-1"]
@@ -1021,7 +1022,7 @@ def deploy_env(tmp_path: Path, moto_url: str, account_url: str, torch_layout: Pa
 
 
 async def test_deploy_sh_end_to_end_then_again_then_destroy(
-    server: Any, certs: Certs, deploy_env: dict[str, str], tmp_path: Path
+    server: RunningServer, certs: Certs, deploy_env: dict[str, str], tmp_path: Path
 ) -> None:
     checkout = make_checkout(tmp_path)
     log = Path(deploy_env["FAKE_LOG"])

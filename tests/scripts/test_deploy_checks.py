@@ -25,6 +25,7 @@ import pytest
 from moto import mock_aws
 from support.agent_fixtures import FAST, agent_settings, make_model
 from support.agentcore_standin import HealthStandin, deployed_agent, running
+from support.inproc_server import RunningServer
 from voice_agent.scripted_model import SIMULATED_NAME
 
 from scripts.bench.deployed import Deployment, run_runtime_deployed
@@ -107,7 +108,7 @@ def runtime_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     yield point
 
 
-async def test_the_runtime_smoke_test_through_invoke_agent_runtime(server: Any, runtime_env: Any) -> None:
+async def test_the_runtime_smoke_test_through_invoke_agent_runtime(server: RunningServer, runtime_env: Any) -> None:
     settings = agent_settings(f"http://127.0.0.1:{server.port}")
     with deployed_agent(settings, make_model(**FAST), f"bedrock:{MODEL_ID}", RUNTIME_ARN) as (url, standin):
         runtime_env(url)
@@ -124,7 +125,7 @@ async def test_the_runtime_smoke_test_through_invoke_agent_runtime(server: Any, 
 
 
 async def test_the_runtime_smoke_test_fails_on_the_scripted_model_and_a_wrong_runtime(
-    server: Any, runtime_env: Any
+    server: RunningServer, runtime_env: Any
 ) -> None:
     settings = agent_settings(f"http://127.0.0.1:{server.port}")
     with deployed_agent(settings, make_model(**FAST), SIMULATED_NAME, RUNTIME_ARN) as (url, _):
@@ -162,7 +163,7 @@ def test_the_runtime_reply_must_be_speech_from_the_expected_model() -> None:
         check_trial(trial(tone, end=False))
 
 
-async def test_bench_deployed_measures_the_agent_through_the_runtime(server: Any, runtime_env: Any) -> None:
+async def test_bench_deployed_measures_the_agent_through_the_runtime(server: RunningServer, runtime_env: Any) -> None:
     settings = agent_settings(f"http://127.0.0.1:{server.port}")
     deployment = Deployment("kokoro-tts", REGION, RUNTIME_ARN)
     with deployed_agent(settings, make_model(**FAST), f"bedrock:{MODEL_ID}", RUNTIME_ARN) as (url, standin):

@@ -5,14 +5,16 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any
 
 import httpx
+from support.inproc_server import RunningServer
 
 SENTENCE = "Admission control keeps the work it has taken on time, and says so at once when it cannot take more."
 
 
-async def test_a_burst_past_the_bound_is_refused_at_once_with_retry_after(server: Any, tight_admission: None) -> None:
+async def test_a_burst_past_the_bound_is_refused_at_once_with_retry_after(
+    server: RunningServer, tight_admission: None
+) -> None:
     async with httpx.AsyncClient(timeout=120) as client:
         (await client.post(f"{server.base_url}/invocations", json={"text": "Warming up."})).raise_for_status()
 

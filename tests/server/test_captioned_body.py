@@ -12,7 +12,7 @@ from typing import Any
 import av
 import httpx
 import pytest
-from conftest import RunningServer
+from support.inproc_server import RunningServer
 
 PATH = "/dev/captioned_speech"
 TEXT = "Hello there, friend."

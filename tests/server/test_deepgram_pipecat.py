@@ -30,6 +30,7 @@ from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 from pipecat.services.deepgram.tts import DeepgramTTSService
 from pipecat.services.tts_service import TTSService
 from pipecat.workers.runner import WorkerRunner
+from support.inproc_server import RunningServer
 from support.listener import WhisperListener, word_errors
 
 REPLY = "Sure, I can help with that. Your order shipped this morning and should arrive on Thursday."
@@ -109,7 +110,7 @@ PATIENT = {"stop_frame_timeout_s": 60}
 
 
 @pytest.mark.slow
-async def test_pipecat_deepgram_service_speaks_an_llm_reply_through_our_route(server: Any) -> None:
+async def test_pipecat_deepgram_service_speaks_an_llm_reply_through_our_route(server: RunningServer) -> None:
     tts = DeepgramTTSService(
         api_key="not-used-by-this-server",
         base_url=f"ws://127.0.0.1:{server.port}",

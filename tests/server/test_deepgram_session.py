@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from kokoro_client.deepgram import SPEAK_PATH
 from kokoro_tts.sessions.deepgram import DeepgramSession
+from support.inproc_server import RunningServer
 from support.ws_client import assert_synthesis_stopped
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
@@ -20,7 +21,7 @@ LONG_TEXT = " ".join(
 )
 
 
-def url(server: Any, query: str = "", path: str = SPEAK_PATH) -> str:
+def url(server: RunningServer, query: str = "", path: str = SPEAK_PATH) -> str:
     return f"ws://127.0.0.1:{server.port}{path}" + (f"?{query}" if query else "")
 
 
@@ -50,7 +51,9 @@ async def opened(ws: ClientConnection) -> dict[str, Any]:
     return metadata
 
 
-async def test_metadata_at_open_then_tokens_speak_as_sentences_and_flush_answers_after_the_audio(server: Any) -> None:
+async def test_metadata_at_open_then_tokens_speak_as_sentences_and_flush_answers_after_the_audio(
+    server: RunningServer,
+) -> None:
     async with connect(url(server, "model=af_heart&encoding=linear16&sample_rate=16000")) as ws:
         metadata = await opened(ws)
         assert set(metadata) == {"type", "request_id", "model_name", "model_version", "model_uuid"}
@@ -72,7 +75,7 @@ async def test_metadata_at_open_then_tokens_speak_as_sentences_and_flush_answers
         assert flushed["sequence_id"] == 1 and audio == 0
 
 
-async def test_mulaw_at_8k_is_one_byte_a_sample(server: Any) -> None:
+async def test_mulaw_at_8k_is_one_byte_a_sample(server: RunningServer) -> None:
     async with connect(url(server, "encoding=mulaw&sample_rate=8000")) as ws:
         await opened(ws)
         await ws.send(json.dumps({"type": "Speak", "text": "Please hold the line."}))
@@ -81,7 +84,7 @@ async def test_mulaw_at_8k_is_one_byte_a_sample(server: Any) -> None:
         assert 0.8 < audio / 8000 < 4
 
 
-async def test_clear_stops_the_speaker_promptly_and_the_session_goes_on(server: Any) -> None:
+async def test_clear_stops_the_speaker_promptly_and_the_session_goes_on(server: RunningServer) -> None:
     async with connect(url(server, "encoding=linear16&sample_rate=24000")) as ws:
         await opened(ws)
         await ws.send(json.dumps({"type": "Speak", "text": LONG_TEXT}))
@@ -110,7 +113,7 @@ async def test_clear_stops_the_speaker_promptly_and_the_session_goes_on(server: 
     assert server.engine.scheduler.pending == 0
 
 
-async def test_clear_with_nothing_in_flight_is_answered_at_once(server: Any) -> None:
+async def test_clear_with_nothing_in_flight_is_answered_at_once(server: RunningServer) -> None:
     async with connect(url(server)) as ws:
         await opened(ws)
         await ws.send(json.dumps({"type": "Speak", "text": "Unfinished thought without an end"}))
@@ -122,7 +125,7 @@ async def test_clear_with_nothing_in_flight_is_answered_at_once(server: Any) -> 
         assert flushed["sequence_id"] == 1 and audio == 0
 
 
-async def test_close_speaks_the_rest_then_closes_normally(server: Any) -> None:
+async def test_close_speaks_the_rest_then_closes_normally(server: RunningServer) -> None:
     async with connect(url(server)) as ws:
         await opened(ws)
         await ws.send(json.dumps({"type": "Speak", "text": "Goodbye for now"}))
@@ -152,7 +155,7 @@ async def test_close_speaks_the_rest_then_closes_normally(server: Any) -> None:
     ],
 )
 async def test_bad_input_gets_a_warning_with_its_code_and_the_session_carries_on(
-    server: Any, message: str | bytes, code: str
+    server: RunningServer, message: str | bytes, code: str
 ) -> None:
     async with connect(url(server), max_size=None) as ws:
         await opened(ws)
@@ -180,7 +183,7 @@ async def test_bad_input_gets_a_warning_with_its_code_and_the_session_carries_on
         ("speed=9", "invalid_speed"),
     ],
 )
-async def test_bad_query_parameters_get_an_error_and_close_1008(server: Any, query: str, code: str) -> None:
+async def test_bad_query_parameters_get_an_error_and_close_1008(server: RunningServer, query: str, code: str) -> None:
     async with connect(url(server, query)) as ws:
         error = json.loads(await next_message(ws, 30))
         assert error["type"] == "Error" and error["code"] == code and error["description"]
@@ -191,7 +194,7 @@ async def test_bad_query_parameters_get_an_error_and_close_1008(server: Any, que
 
 
 @pytest.mark.parametrize("query", ["protocol=deepgram", "model=aura-2-helena-en&encoding=linear16&sample_rate=24000"])
-async def test_the_sagemaker_path_speaks_deepgram_when_the_query_asks(server: Any, query: str) -> None:
+async def test_the_sagemaker_path_speaks_deepgram_when_the_query_asks(server: RunningServer, query: str) -> None:
     async with connect(url(server, query, path="/invocations-bidirectional-stream")) as ws:
         await opened(ws)
         await ws.send(json.dumps({"type": "Speak", "text": "Hello from SageMaker."}).encode())  # as SageMaker relays
@@ -200,7 +203,7 @@ async def test_the_sagemaker_path_speaks_deepgram_when_the_query_asks(server: An
         assert audio > 0
 
 
-async def test_a_client_that_hangs_up_mid_speech_stops_its_synthesis(server: Any) -> None:
+async def test_a_client_that_hangs_up_mid_speech_stops_its_synthesis(server: RunningServer) -> None:
     scheduler = server.engine.scheduler
     async with connect(url(server)) as ws:
         await opened(ws)
@@ -210,7 +213,7 @@ async def test_a_client_that_hangs_up_mid_speech_stops_its_synthesis(server: Any
     await assert_synthesis_stopped(scheduler, started)
 
 
-async def test_shutdown_stops_the_session_with_an_error_and_1001(server: Any) -> None:
+async def test_shutdown_stops_the_session_with_an_error_and_1001(server: RunningServer) -> None:
     async with connect(url(server)) as ws:
         await opened(ws)
         await ws.send(json.dumps({"type": "Speak", "text": LONG_TEXT}))
@@ -228,7 +231,7 @@ async def test_shutdown_stops_the_session_with_an_error_and_1001(server: Any) ->
         assert closed.value.rcvd is not None and closed.value.rcvd.code == 1001
 
 
-async def test_a_warning_quotes_a_long_type_cut_short(server: Any) -> None:
+async def test_a_warning_quotes_a_long_type_cut_short(server: RunningServer) -> None:
     async with connect(url(server), max_size=None) as ws:
         await opened(ws)
         await ws.send(json.dumps({"type": "S" * 60_000}))

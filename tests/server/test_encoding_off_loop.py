@@ -9,8 +9,8 @@ import threading
 import time
 
 import httpx
-from conftest import RunningServer
 from support.idle import wait_idle
+from support.inproc_server import RunningServer
 
 PING_BOUND_S = 0.25  # SageMaker replaces an instance whose /ping takes longer
 REQUESTS = 3  # bounded: on a 2-core machine each takes tens of seconds

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import httpx
 from kokoro_tts.weights.layout import WeightLayout
+from support.inproc_server import RunningServer
 
 HEALTH_KEYS = {"status", "backend", "device", "model_file", "model_sha256", "version"}
 
 
-def test_health_reports_what_is_serving(server: Any, model_dir: Path) -> None:
+def test_health_reports_what_is_serving(server: RunningServer, model_dir: Path) -> None:
     response = httpx.get(f"{server.base_url}/health", timeout=10)
     assert response.status_code == 200
     health = response.json()
@@ -24,7 +24,7 @@ def test_health_reports_what_is_serving(server: Any, model_dir: Path) -> None:
     assert health["version"] == "0.1.0"
 
 
-def test_invocations_with_the_health_custom_attribute_answers_health_not_audio(server: Any) -> None:
+def test_invocations_with_the_health_custom_attribute_answers_health_not_audio(server: RunningServer) -> None:
     expected = httpx.get(f"{server.base_url}/health", timeout=10).json()
     for attributes in ("health", "trace=1, health", "Health;x=y"):
         response = httpx.post(
@@ -38,7 +38,7 @@ def test_invocations_with_the_health_custom_attribute_answers_health_not_audio(s
         assert json.loads(response.content) == expected
 
 
-def test_other_custom_attributes_still_synthesize(server: Any) -> None:
+def test_other_custom_attributes_still_synthesize(server: RunningServer) -> None:
     response = httpx.post(
         f"{server.base_url}/invocations",
         json={"text": "Hello."},

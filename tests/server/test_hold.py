@@ -20,6 +20,7 @@ import httpx
 import pytest
 from kokoro_tts.text.chunks import MAX_CHUNK_CHARS, split_utterance
 from support.idle import wait_idle
+from support.inproc_server import RunningServer
 from support.ws_client import Transcript, receive_until
 from websockets.asyncio.client import connect
 
@@ -52,7 +53,7 @@ def raw_post(port: int, body: bytes, path: str = "/invocations", length: int | N
 # --- 1: clients that leave before their first chunk ------------------------------------------------------------
 
 
-async def test_http_requests_whose_clients_leave_are_not_synthesized(server: Any) -> None:
+async def test_http_requests_whose_clients_leave_are_not_synthesized(server: RunningServer) -> None:
     engine = server.engine
     await wait_idle(engine, 60)
     body = json.dumps({"text": LONG_TEXT}).encode()
@@ -78,7 +79,7 @@ def _h2_connection(port: int) -> tuple[socket.socket, h2.connection.H2Connection
     return sock, conn
 
 
-async def test_http2_rapid_reset_stops_the_synthesis_and_streams_are_capped(server: Any) -> None:
+async def test_http2_rapid_reset_stops_the_synthesis_and_streams_are_capped(server: RunningServer) -> None:
     engine = server.engine
     await wait_idle(engine, 60)
     sock, conn = _h2_connection(server.port)
@@ -114,7 +115,7 @@ async def test_http2_rapid_reset_stops_the_synthesis_and_streams_are_capped(serv
 
 
 @pytest.fixture
-def one_waiting_slot(server: Any) -> Iterator[None]:
+def one_waiting_slot(server: RunningServer) -> Iterator[None]:
     waiting = server.engine.waiting
     ceiling, waiting.ceiling = waiting.ceiling, 1
     try:
@@ -123,7 +124,7 @@ def one_waiting_slot(server: Any) -> Iterator[None]:
         waiting.ceiling = ceiling
 
 
-async def _hold_the_slot(server: Any) -> asyncio.Task[httpx.Response]:
+async def _hold_the_slot(server: RunningServer) -> asyncio.Task[httpx.Response]:
     client = httpx.AsyncClient(timeout=120)
 
     async def post() -> httpx.Response:
@@ -135,7 +136,7 @@ async def _hold_the_slot(server: Any) -> asyncio.Task[httpx.Response]:
     return task
 
 
-async def test_http_past_the_waiting_cap_is_server_busy_at_once(server: Any, one_waiting_slot: None) -> None:
+async def test_http_past_the_waiting_cap_is_server_busy_at_once(server: RunningServer, one_waiting_slot: None) -> None:
     await wait_idle(server.engine, 60)
     holder = await _hold_the_slot(server)
     async with httpx.AsyncClient(timeout=10) as client:
@@ -145,7 +146,7 @@ async def test_http_past_the_waiting_cap_is_server_busy_at_once(server: Any, one
 
 
 async def test_session_utterance_past_the_waiting_cap_is_server_busy_and_the_session_goes_on(
-    server: Any, one_waiting_slot: None
+    server: RunningServer, one_waiting_slot: None
 ) -> None:
     await wait_idle(server.engine, 60)
     async with connect(server.ws_url) as ws:
@@ -159,7 +160,7 @@ async def test_session_utterance_past_the_waiting_cap_is_server_busy_and_the_ses
         await receive_until(ws, transcript, lambda f: f.get("id") == "ok" and f["type"] == "synthesis_complete")
 
 
-async def test_sessions_past_the_cap_are_refused_with_server_busy(server: Any) -> None:
+async def test_sessions_past_the_cap_are_refused_with_server_busy(server: RunningServer) -> None:
     sessions = server.engine.sessions
     async with connect(server.ws_url) as first:
         await first.send(json.dumps({"type": "config", "speed": 1.0}))
@@ -177,7 +178,7 @@ async def test_sessions_past_the_cap_are_refused_with_server_busy(server: Any) -
 # --- 2: a session closed and then abandoned ----------------------------------------------------------------------
 
 
-async def test_session_that_closes_then_vanishes_stops_its_queue(server: Any) -> None:
+async def test_session_that_closes_then_vanishes_stops_its_queue(server: RunningServer) -> None:
     engine = server.engine
     await wait_idle(engine, 60)
     ws = await connect(server.ws_url)
@@ -191,7 +192,7 @@ async def test_session_that_closes_then_vanishes_stops_its_queue(server: Any) ->
     assert engine.scheduler.started - vanished <= 2  # the look-ahead already running, at most
 
 
-async def test_close_still_finishes_the_queue_for_a_client_that_stays(server: Any) -> None:
+async def test_close_still_finishes_the_queue_for_a_client_that_stays(server: RunningServer) -> None:
     async with connect(server.ws_url) as ws:
         for i in range(2):
             await ws.send(json.dumps({"text": "Short one.", "id": f"c{i}"}))
@@ -206,7 +207,7 @@ async def test_close_still_finishes_the_queue_for_a_client_that_stays(server: An
 # --- 3: compression bombs ----------------------------------------------------------------------------------------
 
 
-async def test_permessage_deflate_is_declined(server: Any) -> None:
+async def test_permessage_deflate_is_declined(server: RunningServer) -> None:
     async with connect(server.ws_url, compression="deflate") as ws:
         assert ws.protocol.extensions == []  # nothing the client sends is ever inflated
         await ws.send(json.dumps({"type": "config", "speed": 1.0}))
@@ -226,7 +227,7 @@ def test_text_with_no_split_point_is_cut_into_bounded_chunks(text: str) -> None:
     assert max(len(c) for c in chunks) <= MAX_CHUNK_CHARS
 
 
-async def test_each_scheduler_job_is_one_phonemization_or_one_model_batch(server: Any) -> None:
+async def test_each_scheduler_job_is_one_phonemization_or_one_model_batch(server: RunningServer) -> None:
     engine = server.engine
     await wait_idle(engine, 60)
     calls: list[tuple[str, int]] = []
@@ -276,7 +277,7 @@ def _open_fds() -> int:
     return len(os.listdir("/proc/self/fd"))
 
 
-async def test_closed_http1_connections_release_their_sockets_at_once(server: Any) -> None:
+async def test_closed_http1_connections_release_their_sockets_at_once(server: RunningServer) -> None:
     baseline = _open_fds()
     for _ in range(100):
         with socket.create_connection(("127.0.0.1", server.port)) as sock:
@@ -287,7 +288,7 @@ async def test_closed_http1_connections_release_their_sockets_at_once(server: An
 
 
 @pytest.fixture
-def short_body_timeout(server: Any) -> Iterator[float]:
+def short_body_timeout(server: RunningServer) -> Iterator[float]:
     engine = server.engine
     settings = engine.settings
     engine.settings = dataclasses.replace(settings, body_timeout_s=1.0)
@@ -312,7 +313,7 @@ def _read_answer(sock: socket.socket) -> bytes:
     return answer
 
 
-async def test_a_body_that_never_ends_gets_request_timeout(server: Any, short_body_timeout: float) -> None:
+async def test_a_body_that_never_ends_gets_request_timeout(server: RunningServer, short_body_timeout: float) -> None:
     sock = raw_post(server.port, b'{"text": "hel', length=100)
     try:
         sock.settimeout(short_body_timeout + 10)
@@ -325,7 +326,9 @@ async def test_a_body_that_never_ends_gets_request_timeout(server: Any, short_bo
         sock.close()
 
 
-async def test_an_aborted_upload_logs_one_line_and_no_traceback(server: Any, caplog: pytest.LogCaptureFixture) -> None:
+async def test_an_aborted_upload_logs_one_line_and_no_traceback(
+    server: RunningServer, caplog: pytest.LogCaptureFixture
+) -> None:
     caplog.set_level(logging.INFO)
     sock = raw_post(server.port, b'{"text": "hel', length=1000)
     await asyncio.sleep(0.3)
@@ -348,7 +351,7 @@ async def test_an_aborted_upload_logs_one_line_and_no_traceback(server: Any, cap
     ],
     ids=["speed of 400 digits", "a 4,301-digit number", "blend weights that overflow"],
 )
-def test_http_bad_values_get_a_coded_4xx(server: Any, body: str, code: str) -> None:
+def test_http_bad_values_get_a_coded_4xx(server: RunningServer, body: str, code: str) -> None:
     response = httpx.post(
         f"{server.base_url}/invocations", content=body, headers={"content-type": "application/json"}, timeout=60
     )
@@ -358,7 +361,7 @@ def test_http_bad_values_get_a_coded_4xx(server: Any, body: str, code: str) -> N
 # --- batch replies behind busy sessions ----------------------------------------------------------------------
 
 
-async def test_a_sessions_next_sentence_is_due_when_its_earlier_audio_has_played(server: Any) -> None:
+async def test_a_sessions_next_sentence_is_due_when_its_earlier_audio_has_played(server: RunningServer) -> None:
     """A session's sentence queued while its earlier audio still plays is not needed now; scheduling it as if it
     were put every HTTP batch reply behind every sentence of every session (8 of 10 timed out at 20 prompts)."""
     engine = server.engine

@@ -14,8 +14,8 @@ import random
 import unicodedata
 
 import pytest
-from conftest import RunningServer
 from support.idle import wait_idle
+from support.inproc_server import RunningServer
 
 from scripts.hostile_text import (
     ASCII_TWIN,

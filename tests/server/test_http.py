@@ -11,6 +11,7 @@ import av
 import httpx
 import numpy as np
 import pytest
+from support.inproc_server import RunningServer
 from support.listener import WhisperListener
 
 from scripts.speech import word_errors
@@ -29,12 +30,12 @@ def decode(data: bytes) -> np.ndarray:
     return (samples * 32767).astype(np.int16) if samples.dtype.kind == "f" else samples.astype(np.int16)
 
 
-def test_ping_is_200_once_the_model_is_ready(server: Any) -> None:
+def test_ping_is_200_once_the_model_is_ready(server: RunningServer) -> None:
     response = httpx.get(f"{server.base_url}/ping")
     assert response.status_code == 200 and response.json() == {"status": "ok"}
 
 
-async def test_http2_streams_the_first_audio_well_before_the_end(server: Any) -> None:
+async def test_http2_streams_the_first_audio_well_before_the_end(server: RunningServer) -> None:
     async with httpx.AsyncClient(http1=False, http2=True, timeout=120) as client:
         started = time.perf_counter()
         first_byte_at = None
@@ -56,7 +57,7 @@ async def test_http2_streams_the_first_audio_well_before_the_end(server: Any) ->
     assert word_errors(FOUR_SENTENCES, WhisperListener.shared().transcribe(pcm))[0] / 31 <= 0.1
 
 
-def test_text_plain_body_over_http1(server: Any) -> None:
+def test_text_plain_body_over_http1(server: RunningServer) -> None:
     response = httpx.post(
         f"{server.base_url}/invocations",
         content=b"Please call me back this afternoon.",
@@ -77,7 +78,9 @@ def test_text_plain_body_over_http1(server: Any) -> None:
         ("aac", "audio/aac", b"\xff"),
     ],
 )
-def test_every_format_decodes_to_the_same_speech(server: Any, fmt: str, media_type: str, magic: bytes | None) -> None:
+def test_every_format_decodes_to_the_same_speech(
+    server: RunningServer, fmt: str, media_type: str, magic: bytes | None
+) -> None:
     text = "The meeting starts at nine in the morning."
     response = httpx.post(f"{server.base_url}/invocations", json={"text": text, "format": fmt}, timeout=60)
     assert response.status_code == 200
@@ -91,7 +94,7 @@ def test_every_format_decodes_to_the_same_speech(server: Any, fmt: str, media_ty
     assert word_errors(text, WhisperListener.shared().transcribe(pcm, rate))[0] <= 1
 
 
-def test_openai_compatible_speech_route(server: Any) -> None:
+def test_openai_compatible_speech_route(server: RunningServer) -> None:
     response = httpx.post(
         f"{server.base_url}/v1/audio/speech",
         json={"model": "tts-1", "input": "Thank you for your patience.", "voice": "alloy"},
@@ -135,7 +138,9 @@ def test_openai_compatible_speech_route(server: Any) -> None:
         ("/v1/audio/speech", {"json": {"input": "hi", "response_format": "ogg"}}, 400, "unsupported_format"),
     ],
 )
-def test_bad_requests_get_a_stable_code(server: Any, path: str, kwargs: dict[str, Any], status: int, code: str) -> None:
+def test_bad_requests_get_a_stable_code(
+    server: RunningServer, path: str, kwargs: dict[str, Any], status: int, code: str
+) -> None:
     response = httpx.post(f"{server.base_url}{path}", timeout=60, **kwargs)
     assert response.status_code == status
     error = response.json()["error"]

@@ -13,8 +13,8 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from conftest import RunningServer
 from kokoro_client import logs
+from support.inproc_server import RunningServer
 from support.log_capture import captured_log
 
 FORGED = "2026-12-02 07:00:00,000 CRITICAL kokoro_tts.server.app forged"

@@ -19,6 +19,7 @@ import httpx
 import pytest
 from kokoro_client.protocol import Close, Synthesize, encode
 from prometheus_client.parser import text_string_to_metric_families
+from support.inproc_server import RunningServer
 from support.log_capture import captured_log
 from support.scrape import scrape, value
 from websockets.asyncio.client import connect
@@ -40,7 +41,7 @@ async def speak_ws(ws_url: str, texts: list[str]) -> list[Any]:
     return frames
 
 
-def test_metrics_parse_and_move_with_each_route(server: Any) -> None:
+def test_metrics_parse_and_move_with_each_route(server: RunningServer) -> None:
     before = scrape(server.base_url)
     assert value(before, "kokoro_tts_model_ready") == 1
     assert ("kokoro_tts_queue_depth", ()) in before
@@ -91,7 +92,7 @@ def test_metrics_parse_and_move_with_each_route(server: Any) -> None:
         after = scrape(server.base_url)
 
 
-def test_a_refused_session_counts_against_its_cap(server: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_refused_session_counts_against_its_cap(server: RunningServer, monkeypatch: pytest.MonkeyPatch) -> None:
     before = scrape(server.base_url)
     monkeypatch.setattr(server.engine.sessions, "ceiling", 0)
 
@@ -117,7 +118,7 @@ def test_a_refused_session_counts_against_its_cap(server: Any, monkeypatch: pyte
     )
 
 
-def test_queue_depth_is_read_at_scrape_time_under_load(server: Any) -> None:
+def test_queue_depth_is_read_at_scrape_time_under_load(server: RunningServer) -> None:
     """Three sessions at once on one inference worker: the scheduler holds their next jobs, /metrics shows it."""
     text = "This is a long sentence that takes the worker a while. " * 3
 
@@ -139,13 +140,13 @@ def test_queue_depth_is_read_at_scrape_time_under_load(server: Any) -> None:
 
 
 @pytest.fixture
-def json_log(server: Any) -> Iterator[io.StringIO]:
+def json_log(server: RunningServer) -> Iterator[io.StringIO]:
     """The root logger's lines, as `serve` writes them with LOG_FORMAT=json, while the test runs."""
     with captured_log("json") as stream:
         yield stream
 
 
-def test_every_line_of_a_request_carries_its_ids(server: Any, json_log: io.StringIO) -> None:
+def test_every_line_of_a_request_carries_its_ids(server: RunningServer, json_log: io.StringIO) -> None:
     frames = asyncio.run(speak_ws(server.ws_url, ["First sentence.", "Second one."]))
     assert [f["type"] for f in frames].count("synthesis_complete") == 2
     response = httpx.post(

@@ -22,6 +22,7 @@ from kokoro_tts.engine.voices import VoiceBank
 from kokoro_tts.routes.openai import MODELS, OPENAI_VOICES
 from kokoro_tts.text.phonemes import LANGUAGE_NAMES
 from kokoro_tts.weights.layout import WeightLayout
+from support.inproc_server import RunningServer
 from support.listener import WhisperListener, word_errors
 
 from scripts.speech import rms
@@ -34,7 +35,7 @@ FORMATS = tuple(MEDIA_TYPES)  # every response_format OpenAI lists
 
 
 @pytest.fixture(scope="module")
-def client(server: Any) -> openai.OpenAI:
+def client(server: RunningServer) -> openai.OpenAI:
     return openai.OpenAI(base_url=f"{server.base_url}/v1", api_key="unused", max_retries=0, timeout=120)
 
 
@@ -104,7 +105,7 @@ def test_sse_through_the_official_client(client: openai.OpenAI, fmt: str) -> Non
     assert abs(usage["output_tokens"] * SAMPLES_PER_FRAME / RATE - duration) < 0.1
 
 
-def test_a_livekit_style_sse_request(server: Any) -> None:
+def test_a_livekit_style_sse_request(server: RunningServer) -> None:
     """What LiveKit's openai.TTS sends for a model other than tts-1 (livekit/agents#6184): raw pcm in SSE."""
     request = {
         "model": "gpt-4o-mini-tts",
@@ -130,7 +131,9 @@ def test_a_livekit_style_sse_request(server: Any) -> None:
     assert word_errors(request["input"], heard)[0] <= 1, heard
 
 
-def test_an_error_after_the_stream_started_is_its_last_event(server: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_error_after_the_stream_started_is_its_last_event(
+    server: RunningServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import kokoro_tts.routes.openai
 
     calls = []
@@ -156,7 +159,7 @@ LANGUAGE_SAMPLES |= {"p": "Olá.", "z": "你好。"}
 
 
 @pytest.mark.slow  # one synthesis per listed voice (47)
-def test_the_voice_list_is_every_voice_the_server_speaks(server: Any, model_dir: Path) -> None:
+def test_the_voice_list_is_every_voice_the_server_speaks(server: RunningServer, model_dir: Path) -> None:
     listed = httpx.get(f"{server.base_url}/v1/audio/voices", timeout=30).json()["voices"]
     every_pack = WeightLayout(model_dir).voice_names()
     assert listed and set(listed) <= set(every_pack)
@@ -178,7 +181,7 @@ def test_the_voice_list_is_every_voice_the_server_speaks(server: Any, model_dir:
         assert_speech(np.frombuffer(response.content, dtype="<i2"), RATE, seconds=(0.2, 4.0))
 
 
-def test_every_openai_voice_name_is_a_voice_the_server_speaks(client: openai.OpenAI, server: Any) -> None:
+def test_every_openai_voice_name_is_a_voice_the_server_speaks(client: openai.OpenAI, server: RunningServer) -> None:
     documented = {"alloy", "ash", "ballad", "coral", "echo", "fable", "nova", "onyx", "sage", "shimmer", "verse"}
     assert set(OPENAI_VOICES) == documented | {"marin", "cedar"}
     # Each maps to a listed voice (and every listed voice speaks: the test above); the names added last, end to end.
@@ -188,7 +191,7 @@ def test_every_openai_voice_name_is_a_voice_the_server_speaks(client: openai.Ope
         assert_speech(np.frombuffer(audio.content, dtype="<i2"), RATE, seconds=(0.3, 3.0))
 
 
-def test_models_in_openai_s_list_shape(client: openai.OpenAI, server: Any) -> None:
+def test_models_in_openai_s_list_shape(client: openai.OpenAI, server: RunningServer) -> None:
     assert [m.id for m in client.models.list()] == list(MODELS)
     listed = httpx.get(f"{server.base_url}/v1/models", timeout=30).json()
     assert listed["object"] == "list"
@@ -199,7 +202,7 @@ def test_models_in_openai_s_list_shape(client: openai.OpenAI, server: Any) -> No
     assert missing.value.code == "unknown_model" and missing.value.param == "model"
 
 
-def test_null_fields_are_the_defaults(server: Any) -> None:
+def test_null_fields_are_the_defaults(server: RunningServer) -> None:
     body = {"input": "Hi there.", "model": None, "voice": None, "speed": None, "stream_format": None}
     response = httpx.post(f"{server.base_url}/v1/audio/speech", json=body, timeout=60)
     assert response.status_code == 200 and response.headers["content-type"] == "audio/mpeg"
@@ -224,7 +227,9 @@ def test_null_fields_are_the_defaults(server: Any) -> None:
         (["hi"], 400, "invalid_message", None),
     ],
 )
-def test_errors_are_shaped_as_openai_s(server: Any, body: Any, status: int, code: str, param: str | None) -> None:
+def test_errors_are_shaped_as_openai_s(
+    server: RunningServer, body: Any, status: int, code: str, param: str | None
+) -> None:
     response = httpx.post(f"{server.base_url}/v1/audio/speech", json=body, timeout=60)
     assert response.status_code == status
     error = response.json()["error"]
@@ -274,7 +279,7 @@ def test_speeds_beyond_the_model_s_range_are_time_stretched(client: openai.OpenA
     assert seconds[4.0] / seconds[2.0] == pytest.approx(0.5, rel=0.03)
 
 
-def test_sse_word_timestamps_are_opt_in_and_precede_their_audio(server: Any) -> None:
+def test_sse_word_timestamps_are_opt_in_and_precede_their_audio(server: RunningServer) -> None:
     """Our extension: ``word_timestamps`` adds ``speech.audio.words`` events (each before the delta holding the
     audio of its words, times divided by the time-stretch); without it the stream is OpenAI's events only."""
     text = "Your table for two is booked at seven."
@@ -312,14 +317,14 @@ LONG = "x" * 60_000  # a client's 60 KB string: errors quote a short prefix of i
         ("voice", "invalid_voice"),
     ],
 )
-def test_errors_quote_a_client_s_long_string_cut_short(server: Any, field: str, code: str) -> None:
+def test_errors_quote_a_client_s_long_string_cut_short(server: RunningServer, field: str, code: str) -> None:
     response = httpx.post(f"{server.base_url}/v1/audio/speech", json={"input": "hi", field: LONG}, timeout=60)
     error = response.json()["error"]
     assert error["code"] == code
     assert len(response.content) < 600 and "'xxxxxxxxxx" in error["message"], error["message"]
 
 
-def test_usage_counts_the_characters_of_input_as_sent(server: Any) -> None:
+def test_usage_counts_the_characters_of_input_as_sent(server: RunningServer) -> None:
     text = "Hi there 🙂🙂, friend\u0001!"  # emoji and a control character: dropped before speech, counted here
     body = {"input": text, "stream_format": "sse", "response_format": "pcm"}
     response = httpx.post(f"{server.base_url}/v1/audio/speech", json=body, timeout=120)

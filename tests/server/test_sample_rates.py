@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from kokoro_client.audio import SAMPLE_RATE, SAMPLE_RATES
 from kokoro_tts.audio.encoding import FORMATS, audio_format, make_encoder, output_rate
+from support.inproc_server import RunningServer
 from support.listener import WhisperListener, word_errors
 from websockets.asyncio.client import connect
 
@@ -99,7 +100,7 @@ def test_g711_defaults_to_8k_and_everything_else_to_24k() -> None:
 
 
 @pytest.mark.slow
-def test_8k_mulaw_from_the_server_is_speech_whisper_understands(server: Any) -> None:
+def test_8k_mulaw_from_the_server_is_speech_whisper_understands(server: RunningServer) -> None:
     response = httpx.post(
         f"{server.base_url}/invocations", json={"text": TELEPHONE_TEXT, "format": "mulaw"}, timeout=120
     )
@@ -114,7 +115,7 @@ def test_8k_mulaw_from_the_server_is_speech_whisper_understands(server: Any) -> 
 
 
 @pytest.mark.parametrize("fmt", ["wav", "wav_alaw"])
-def test_invocations_sends_the_rate_asked_for(server: Any, fmt: str) -> None:
+def test_invocations_sends_the_rate_asked_for(server: RunningServer, fmt: str) -> None:
     rate = 16_000
     response = httpx.post(
         f"{server.base_url}/invocations", json={"text": "Hello there.", "format": fmt, "sample_rate": rate}, timeout=60
@@ -125,13 +126,13 @@ def test_invocations_sends_the_rate_asked_for(server: Any, fmt: str) -> None:
     assert decoded_rate == rate and rms(pcm) > 100
 
 
-def test_invocations_refuses_a_bad_rate_with_its_code(server: Any) -> None:
+def test_invocations_refuses_a_bad_rate_with_its_code(server: RunningServer) -> None:
     response = httpx.post(f"{server.base_url}/invocations", json={"text": "Hello.", "sample_rate": 11025}, timeout=30)
     assert response.status_code == 400
     assert response.json()["error"]["code"] == "unsupported_sample_rate"
 
 
-async def test_session_config_and_synthesize_choose_the_rate(server: Any) -> None:
+async def test_session_config_and_synthesize_choose_the_rate(server: RunningServer) -> None:
     async with connect(server.ws_url) as ws:
         await ws.send(json.dumps({"type": "config", "format": "mulaw"}))
         await ws.send(json.dumps({"type": "synthesize", "id": "a", "text": "Hello there."}))

@@ -18,8 +18,8 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from conftest import RunningServer
 from kokoro_tts.server import hypercorn_hardening
+from support.inproc_server import RunningServer
 from support.ws_client import Transcript, receive_until
 from websockets.asyncio.client import connect
 

@@ -15,13 +15,13 @@ from collections.abc import Callable
 
 import httpx
 import pytest
-from conftest import RunningServer
 from kokoro_client.chunker import split_sentences
 from kokoro_tts.engine.word_timing import TextCursor
 from kokoro_tts.text.chunks import split_utterance
 from kokoro_tts.text.normalize import TextMap, normalize
 from kokoro_tts.text.phonemes import clean_text_mapped
 from support.idle import wait_idle
+from support.inproc_server import RunningServer
 from support.timing import best_cpu_times
 
 # Quadratic steps show 64; linear ones 8 (or less, with fixed costs). 20 leaves room for a noisy neighbour: on a

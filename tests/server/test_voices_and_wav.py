@@ -6,19 +6,18 @@ import io
 import struct
 import wave
 from pathlib import Path
-from typing import Any
 
 import httpx
 import numpy as np
 import pytest
-from conftest import RunningServer
 from kokoro_tts.audio.encoding import FORMATS, make_encoder
 from kokoro_tts.engine.voices import VoiceBank
 from kokoro_tts.text.phonemes import LANGUAGE_NAMES
 from kokoro_tts.weights.layout import WeightLayout
+from support.inproc_server import RunningServer
 
 
-def test_unknown_voice_lists_only_voices_this_server_can_speak(server: Any) -> None:
+def test_unknown_voice_lists_only_voices_this_server_can_speak(server: RunningServer) -> None:
     response = httpx.post(f"{server.base_url}/invocations", json={"text": "hi", "voice": "af_nobody"}, timeout=60)
     error = response.json()["error"]
     assert (response.status_code, error["code"]) == (400, "unknown_voice")
@@ -32,7 +31,7 @@ def test_unknown_voice_lists_only_voices_this_server_can_speak(server: Any) -> N
         assert spoken.status_code == 200, (name, spoken.text)
 
 
-def test_the_unlisted_packs_still_say_why_they_cannot_speak(server: Any, model_dir: Path) -> None:
+def test_the_unlisted_packs_still_say_why_they_cannot_speak(server: RunningServer, model_dir: Path) -> None:
     every_pack = WeightLayout(model_dir).voice_names()
     unlisted = sorted(set(every_pack) - set(VoiceBank(WeightLayout(model_dir)).names))
     assert unlisted and all(name.startswith("j") for name in unlisted), unlisted

@@ -14,6 +14,7 @@ import pytest
 from kokoro_tts.engine.scheduler import JobRecord
 from kokoro_tts.engine.windows import WindowPlan
 from support.idle import wait_idle
+from support.inproc_server import RunningServer
 from support.ws_client import Transcript, receive_until
 from websockets.asyncio.client import ClientConnection, connect
 
@@ -27,7 +28,7 @@ PLAN = WindowPlan(first=12, growth=2.0, largest=48, frames_per_window=12)
 
 
 @pytest.fixture
-def small_windows(server: Any) -> Iterator[None]:
+def small_windows(server: RunningServer) -> Iterator[None]:
     engine = server.engine
     assert engine.windowed, "the server should stream windows by default (KOKORO_WINDOWED unset)"
     plan, engine.window_plan = engine.window_plan, PLAN
@@ -72,7 +73,7 @@ async def first_audio(ws: ClientConnection, transcript: Transcript) -> float:
             transcript.frames.append(("json", json.loads(message)))
 
 
-async def test_first_audio_leaves_after_one_window_job(server: Any, small_windows: None) -> None:
+async def test_first_audio_leaves_after_one_window_job(server: RunningServer, small_windows: None) -> None:
     engine = server.engine
     await wait_idle(engine)
     since = time.monotonic()
@@ -92,7 +93,7 @@ async def test_first_audio_leaves_after_one_window_job(server: Any, small_window
     assert utterance.complete["audio_ms"] == pytest.approx(1000 * utterance.pcm().size / 24_000, abs=1)
 
 
-async def test_cancel_takes_effect_within_one_window(server: Any, small_windows: None) -> None:
+async def test_cancel_takes_effect_within_one_window(server: RunningServer, small_windows: None) -> None:
     engine = server.engine
     await wait_idle(engine)
     since = time.monotonic()
@@ -112,7 +113,7 @@ async def test_cancel_takes_effect_within_one_window(server: Any, small_windows:
     assert not transcript.json_frames("synthesis_complete")
 
 
-async def long_then_short(server: Any, before_short: Callable[[float], Awaitable[object]]) -> list[JobRecord]:
+async def long_then_short(server: RunningServer, before_short: Callable[[float], Awaitable[object]]) -> list[JobRecord]:
     """One session speaks LONG_SENTENCE; once its first audio is out and ``before_short(since)`` has returned,
     another says "Hello there."; the jobs run from the start (``since``, loop time) until both are complete."""
     await wait_idle(server.engine)
@@ -130,7 +131,9 @@ async def long_then_short(server: Any, before_short: Callable[[float], Awaitable
     return jobs_since(server.engine, since)
 
 
-async def test_a_new_sessions_first_window_goes_ahead_of_later_windows(server: Any, small_windows: None) -> None:
+async def test_a_new_sessions_first_window_goes_ahead_of_later_windows(
+    server: RunningServer, small_windows: None
+) -> None:
     jobs = await long_then_short(server, lambda since: asyncio.sleep(0))  # the short one at once
     since = jobs[0].started
     long_tag, short_tag = utterance_tags(jobs)
@@ -142,7 +145,7 @@ async def test_a_new_sessions_first_window_goes_ahead_of_later_windows(server: A
     assert all(w.deadline > short_first.deadline for w in behind)
 
 
-async def test_a_new_utterance_does_not_wait_for_a_window_running_alone(server: Any) -> None:
+async def test_a_new_utterance_does_not_wait_for_a_window_running_alone(server: RunningServer) -> None:
     """A reply decoded ahead of its playback runs its later windows alone, on every core; another caller's first
     window, due now, starts beside the one running instead of waiting for its end (scheduler.py)."""
     engine = server.engine

@@ -30,12 +30,12 @@ from typing import Any
 import httpx
 import numpy as np
 import pytest
-from conftest import RunningServer
 from kokoro_client.protocol import Words, WordTiming, parse_server_frame
 from kokoro_tts.audio.encoding import SAMPLE_RATE
 from kokoro_tts.engine.word_timing import TextCursor, batch_words, timings
 from kokoro_tts.text.normalize import TextMap
 from kokoro_tts.text.phonemes import MAX_PHONEME_TOKENS, Phonemes, Phonemizer, SpokenWord, TokenBatch
+from support.inproc_server import RunningServer
 from support.ws_client import Transcript, completes, receive_until
 from websockets.asyncio.client import connect
 
@@ -107,7 +107,7 @@ class Piece:
     words: list[WordTiming]
 
 
-async def _speak(server: Any, text: str, voice: str = "af_heart", speed: float = 1.0) -> list[Piece]:
+async def _speak(server: RunningServer, text: str, voice: str = "af_heart", speed: float = 1.0) -> list[Piece]:
     """One utterance through a session with word timestamps on: its pieces, as a client reads them."""
     async with connect(server.ws_url) as ws:
         transcript = Transcript()
@@ -133,7 +133,7 @@ def _energy_onset_ms(pcm: np.ndarray) -> float:
     return 1000.0 * int(np.argmax(envelope > 0.05 * envelope.max())) / SAMPLE_RATE
 
 
-async def test_timestamps_are_monotonic_cover_the_audio_and_point_into_the_sent_text(server: Any) -> None:
+async def test_timestamps_are_monotonic_cover_the_audio_and_point_into_the_sent_text(server: RunningServer) -> None:
     sent = "Dr. Smith paid $1.2M on Jan 5, 2025 at 3:30 pm.  Then he emailed bob@example.com, e.g. twice!"
     pieces = await _speak(server, sent)
     words = [w for piece in pieces for w in piece.words]
@@ -160,7 +160,7 @@ async def test_timestamps_are_monotonic_cover_the_audio_and_point_into_the_sent_
         elapsed += piece_ms
 
 
-async def test_windowing_off_gives_the_same_words_with_whole_chunks(server: Any) -> None:
+async def test_windowing_off_gives_the_same_words_with_whole_chunks(server: RunningServer) -> None:
     """KOKORO_WINDOWED=0 runs the same stages on whole chunks (backends/onnx.py): the same durations, so the
     same words at the same times, one audio frame per chunk."""
     text = "Hello there, friend. How are you today?"
@@ -176,7 +176,7 @@ async def test_windowing_off_gives_the_same_words_with_whole_chunks(server: Any)
     assert [w for p in whole for w in p.words] == [w for p in windowed for w in p.words]
 
 
-async def test_no_words_for_languages_the_g2p_does_not_split(server: Any) -> None:
+async def test_no_words_for_languages_the_g2p_does_not_split(server: RunningServer) -> None:
     pieces = await _speak(server, "Hola, buenos días.", "ef_dora")
     assert pieces and all(piece.words == [] for piece in pieces)
 
@@ -199,7 +199,7 @@ def test_torch_kmodel_gives_durations_the_audio_follows(model_dir: Any) -> None:
 
 
 @pytest.mark.slow
-async def test_timestamps_agree_with_whisper(server: Any) -> None:
+async def test_timestamps_agree_with_whisper(server: RunningServer) -> None:
     from support.listener import WhisperListener
 
     listener = WhisperListener.shared()
@@ -229,7 +229,7 @@ def _key(word: str) -> str:
 # --- on the wire ------------------------------------------------------------------------------------------------
 
 
-async def test_session_sends_words_frames_when_asked(server: Any) -> None:
+async def test_session_sends_words_frames_when_asked(server: RunningServer) -> None:
     async with connect(server.ws_url) as ws:
         transcript = Transcript()
         await ws.send(json.dumps({"type": "synthesize", "id": "plain", "text": "No words for this one."}))
@@ -250,7 +250,7 @@ async def test_session_sends_words_frames_when_asked(server: Any) -> None:
     assert sum(len(u.audio) for u in transcript.utterances().values()) > 0
 
 
-async def test_captioned_speech_streams_audio_with_timestamps(server: Any) -> None:
+async def test_captioned_speech_streams_audio_with_timestamps(server: RunningServer) -> None:
     text = "The total is $42.50. Thank you for calling!"
     body = {"input": text, "voice": "af_heart", "response_format": "pcm"}
     async with httpx.AsyncClient(base_url=server.base_url, timeout=120) as client:

@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 import pytest
+from support.inproc_server import RunningServer
 from support.ws_client import Transcript, receive_until
 from websockets.asyncio.client import connect
 
@@ -59,7 +60,7 @@ BAD_MESSAGES: list[tuple[str, str | bytes, str]] = [
 
 @pytest.mark.parametrize(("message", "code"), [(m, c) for _, m, c in BAD_MESSAGES], ids=[n for n, _, _ in BAD_MESSAGES])
 async def test_bad_message_gets_an_error_frame_and_the_session_goes_on(
-    server: Any, message: str | bytes, code: str
+    server: RunningServer, message: str | bytes, code: str
 ) -> None:
     async with connect(server.ws_url, max_size=None) as ws:
         await ws.send(message)
@@ -70,7 +71,7 @@ async def test_bad_message_gets_an_error_frame_and_the_session_goes_on(
         await _assert_still_speaks(ws)
 
 
-async def test_bad_config_changes_nothing(server: Any) -> None:
+async def test_bad_config_changes_nothing(server: RunningServer) -> None:
     async with connect(server.ws_url) as ws:
         await ws.send(json.dumps({"type": "config", "format": "wav", "speed": 99}))
         assert json.loads(await ws.recv())["code"] == "invalid_speed"
@@ -79,7 +80,7 @@ async def test_bad_config_changes_nothing(server: Any) -> None:
         assert start["type"] == "synthesis_start" and start["format"] == "pcm"
 
 
-async def test_config_format_null_restores_the_default(server: Any) -> None:
+async def test_config_format_null_restores_the_default(server: RunningServer) -> None:
     async with connect(server.ws_url) as ws:
         await ws.send(json.dumps({"type": "config", "format": "wav"}))
         await ws.send(json.dumps({"type": "config", "format": None}))
@@ -88,7 +89,7 @@ async def test_config_format_null_restores_the_default(server: Any) -> None:
         assert start["type"] == "synthesis_start" and start["format"] == "pcm"
 
 
-async def test_queue_full_is_an_error_for_that_utterance_only(server: Any) -> None:
+async def test_queue_full_is_an_error_for_that_utterance_only(server: RunningServer) -> None:
     limit = server.engine.settings.max_queued_utterances
     async with connect(server.ws_url) as ws:
         for i in range(limit + 3):
@@ -107,7 +108,7 @@ async def test_queue_full_is_an_error_for_that_utterance_only(server: Any) -> No
     ["Hello\u0000 there\u0007, friend.", "Tab\tand\r\nnewlines.", "Lone \ud800 surrogate here.", "Hi 😀 there."],
     ids=["control characters", "whitespace controls", "lone surrogate", "emoji in words"],
 )
-async def test_odd_characters_speak_what_can_be_spoken(server: Any, text: str) -> None:
+async def test_odd_characters_speak_what_can_be_spoken(server: RunningServer, text: str) -> None:
     async with connect(server.ws_url) as ws:
         await ws.send(json.dumps({"text": text, "id": "odd"}))  # json.dumps escapes the surrogate as \ud800
         transcript = Transcript()
@@ -132,7 +133,7 @@ async def _assert_still_speaks(ws: Any, drain: bool = False) -> None:
     assert len(transcript.utterances()["check"].audio) > 0
 
 
-async def test_an_error_quotes_a_long_type_cut_short(server: Any) -> None:
+async def test_an_error_quotes_a_long_type_cut_short(server: RunningServer) -> None:
     async with connect(server.ws_url, max_size=None) as ws:
         await ws.send(json.dumps({"type": "s" * 60_000}))
         error = json.loads(await asyncio.wait_for(ws.recv(), 30))

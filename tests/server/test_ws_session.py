@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 import pytest
+from support.inproc_server import RunningServer
 from support.listener import WhisperListener, word_errors
 from support.ws_client import Transcript, assert_synthesis_stopped, completes, receive_until
 from websockets.asyncio.client import connect
@@ -21,7 +22,7 @@ SENTENCES = [
 ]
 
 
-async def test_three_utterances_as_binary_frames_arrive_in_order_and_are_speech(server: Any) -> None:
+async def test_three_utterances_as_binary_frames_arrive_in_order_and_are_speech(server: RunningServer) -> None:
     async with connect(server.ws_url) as ws:
         for i, text in enumerate(SENTENCES):
             await ws.send(json.dumps({"type": "synthesize", "id": f"s{i}", "text": text}).encode())
@@ -43,7 +44,7 @@ async def test_three_utterances_as_binary_frames_arrive_in_order_and_are_speech(
     assert errors / words <= 0.05, f"word error rate {errors}/{words}"
 
 
-async def test_plain_text_and_text_frames_are_utterances(server: Any) -> None:
+async def test_plain_text_and_text_frames_are_utterances(server: RunningServer) -> None:
     async with connect(server.ws_url) as ws:
         await ws.send("Thank you for your patience.")  # a text frame that is not JSON: the text itself
         await ws.send(b"  I would like a cup of coffee.")  # the same, as a binary frame
@@ -55,7 +56,7 @@ async def test_plain_text_and_text_frames_are_utterances(server: Any) -> None:
     assert word_errors("Thank you for your patience.", heard)[0] <= 1
 
 
-async def test_mandarin_is_non_silent_speech_of_plausible_length(server: Any) -> None:
+async def test_mandarin_is_non_silent_speech_of_plausible_length(server: RunningServer) -> None:
     text = "你好，欢迎使用语音助手。今天天气很好。"
     async with connect(server.ws_url) as ws:
         await ws.send(json.dumps({"text": text, "voice": "zf_xiaobei", "id": "zh"}))
@@ -71,7 +72,7 @@ async def test_mandarin_is_non_silent_speech_of_plausible_length(server: Any) ->
     assert voiced > 0.4
 
 
-async def test_config_sets_format_voice_and_speed_for_later_utterances(server: Any) -> None:
+async def test_config_sets_format_voice_and_speed_for_later_utterances(server: RunningServer) -> None:
     async with connect(server.ws_url) as ws:
         await ws.send(json.dumps({"text": "Hello there.", "id": "a"}))
         await ws.send(json.dumps({"type": "config", "format": "wav", "voice": "am_adam", "speed": 1.5}))
@@ -86,7 +87,7 @@ async def test_config_sets_format_voice_and_speed_for_later_utterances(server: A
     assert b.complete["audio_ms"] < a.complete["audio_ms"] * 0.85  # spoken faster
 
 
-async def test_cancel_drops_queued_and_stops_in_flight(server: Any) -> None:
+async def test_cancel_drops_queued_and_stops_in_flight(server: RunningServer) -> None:
     long_text = " ".join(f"This is sentence number {n} of a long reply." for n in range(1, 13))
     async with connect(server.ws_url) as ws:
         await ws.send(json.dumps({"text": long_text, "id": "long"}))
@@ -105,7 +106,7 @@ async def test_cancel_drops_queued_and_stops_in_flight(server: Any) -> None:
     assert 0 < len(long_audio) < 2 * 24000 * 30  # stopped well before the ~30 s the whole text takes
 
 
-async def test_cancel_by_id_leaves_the_others(server: Any) -> None:
+async def test_cancel_by_id_leaves_the_others(server: RunningServer) -> None:
     async with connect(server.ws_url) as ws:
         for uid in ("one", "two", "three"):
             await ws.send(json.dumps({"text": f"Number {uid}.", "id": uid}))
@@ -116,7 +117,7 @@ async def test_cancel_by_id_leaves_the_others(server: Any) -> None:
     assert [f["id"] for f in transcript.json_frames("cancelled")] == ["three"]
 
 
-async def test_close_finishes_the_queue_then_closes_with_1000(server: Any) -> None:
+async def test_close_finishes_the_queue_then_closes_with_1000(server: RunningServer) -> None:
     async with connect(server.ws_url) as ws:
         await ws.send(json.dumps({"text": "First.", "id": "1"}))
         await ws.send(json.dumps({"text": "Second.", "id": "2"}))
@@ -128,14 +129,14 @@ async def test_close_finishes_the_queue_then_closes_with_1000(server: Any) -> No
     assert [f["id"] for f in transcript.json_frames("synthesis_complete")] == ["1", "2"]
 
 
-async def test_websocket_pings_are_answered(server: Any) -> None:
+async def test_websocket_pings_are_answered(server: RunningServer) -> None:
     async with connect(server.ws_url, ping_interval=None) as ws:
         for _ in range(3):
             pong = await ws.ping()
             await asyncio.wait_for(pong, timeout=5)
 
 
-async def test_disconnect_mid_utterance_stops_its_synthesis(server: Any) -> None:
+async def test_disconnect_mid_utterance_stops_its_synthesis(server: RunningServer) -> None:
     scheduler = server.engine.scheduler  # counts the inference jobs (phonemes, vocoder windows) handed to a worker
     long_text = " ".join(f"Here is sentence {n} of something long." for n in range(1, 21))
     async with connect(server.ws_url) as ws:
@@ -146,7 +147,7 @@ async def test_disconnect_mid_utterance_stops_its_synthesis(server: Any) -> None
     await assert_synthesis_stopped(scheduler, started)
 
 
-async def test_a_new_utterance_is_not_stuck_behind_other_sessions_long_replies(server: Any) -> None:
+async def test_a_new_utterance_is_not_stuck_behind_other_sessions_long_replies(server: RunningServer) -> None:
     long_text = " ".join(f"Sentence {n} of a reply that goes on for quite a while." for n in range(1, 13))
     async with connect(server.ws_url) as long_a, connect(server.ws_url) as long_b, connect(server.ws_url) as short:
         for ws in (long_a, long_b):
