@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Final
 
 from .errors import ErrorCode, TTSError, quoted
 
@@ -116,9 +116,6 @@ _TYPE_NAMES: dict[type, str] = {
     WarningMessage: "Warning",
     ErrorMessage: "Error",
 }
-_SERVER_TYPES: dict[str, Any] = {
-    _TYPE_NAMES[cls]: cls for cls in (Metadata, Flushed, Cleared, WarningMessage, ErrorMessage)
-}
 
 
 def encode(message: Command | ServerMessage) -> str:
@@ -152,14 +149,3 @@ def parse_command(raw: str | bytes, max_bytes: int) -> Command:
             raise TTSError(ErrorCode.MISSING_TEXT, "A Speak message needs 'text'.")
         return Speak(value["text"])
     return Flush() if kind == "Flush" else Clear() if kind == "Clear" else Close()
-
-
-def parse_server_message(raw: str | bytes) -> ServerMessage:
-    """A server's JSON text frame as a typed message (a client's side); ``TTSError`` if it is not one."""
-    try:
-        value: Any = json.loads(raw)
-        cls = _SERVER_TYPES[value["type"]]
-        message: ServerMessage = cls(**{k: v for k, v in value.items() if k != "type"})
-        return message
-    except (ValueError, TypeError, KeyError):
-        raise TTSError(ErrorCode.INVALID_MESSAGE, f"not a Deepgram-style server message: {raw[:200]!r}") from None

@@ -36,10 +36,6 @@ def bind_ids(**ids: str | None) -> None:
     _ids.set({**_ids.get(), **{key: value for key, value in ids.items() if value}})
 
 
-def current_ids() -> Mapping[str, str]:
-    return _ids.get()
-
-
 class IdsFilter(logging.Filter):
     """Copies the context's ids (and ``extra_ids()``'s, such as the AgentCore SDK's own) onto each record."""
 

@@ -230,10 +230,6 @@ def _ordinal(n: int) -> str:
     return str(num2words(n, to="ordinal"))
 
 
-def _year(n: int) -> str:
-    return str(num2words(n, to="year"))
-
-
 _NEXT_CHARACTER = re.compile(r"\s*(\S?)")
 
 
