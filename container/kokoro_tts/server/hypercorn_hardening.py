@@ -1,5 +1,9 @@
 """Five fixes to Hypercorn 0.18 that its configuration cannot express; ``apply()`` installs them (idempotent).
 
+They replace private parts of Hypercorn, so ``apply()`` refuses any other minor release (``WRITTEN_FOR``): a new
+one must be read again first. tests/server/test_hypercorn_upstream.py runs Hypercorn bare beside Hypercorn
+hardened and fails once upstream no longer has the bugs of fixes 1-3.
+
 1. A connection its client has closed keeps its socket until ``keep_alive_timeout`` (75 s here): the idle timer
    lives in the connection's task group, which waits for it before closing the socket. Connect/close churn then
    piles up file descriptors. The fix stops the idle timer as soon as the client's side is closed.
@@ -28,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import importlib.metadata
 from typing import Any
 
 import hypercorn.asyncio.run
@@ -41,6 +46,7 @@ from wsproto.extensions import PerMessageDeflate
 
 from kokoro_tts.sessions.bidi import OVERSIZE_KEY
 
+WRITTEN_FOR = "0.18"  # the Hypercorn minor release whose private parts these fixes replace
 SEND_TIMEOUT_S = 60.0  # longest wait for a client to make room for the next bytes (read at each send)
 _DEPARTURES = ("websocket.disconnect", "http.disconnect")
 
@@ -129,7 +135,18 @@ async def _spawn_app(self: hypercorn.asyncio.task_group.TaskGroup, app: Any, con
     return queue.put
 
 
+class UnvettedHypercorn(RuntimeError):
+    """The installed Hypercorn is not the release these fixes were written against."""
+
+
 def apply() -> None:
+    installed = importlib.metadata.version("hypercorn")
+    if installed.split(".")[:2] != WRITTEN_FOR.split("."):
+        raise UnvettedHypercorn(
+            f"Hypercorn {installed} is installed; kokoro_tts.server.hypercorn_hardening replaces private parts of "
+            f"Hypercorn {WRITTEN_FOR}.x. Install hypercorn=={WRITTEN_FOR}.* (the lock does), or re-read the fixes "
+            "against the new release and update WRITTEN_FOR."
+        )
     hypercorn.protocol.ws_stream.WebsocketBuffer = _CappedBuffer  # type: ignore[misc]
     hypercorn.asyncio.run.TCPServer = _TCPServer  # type: ignore[misc]
     hypercorn.protocol.ws_stream.PerMessageDeflate = _DeclinedDeflate  # type: ignore[misc]

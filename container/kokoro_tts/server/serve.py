@@ -99,7 +99,11 @@ def main(argv: list[str] | None = None) -> None:
     except ValueError as exc:
         parser.error(str(exc))
     settings = Settings()
-    config = hypercorn_config(args.host, args.port, settings)
+    try:
+        config = hypercorn_config(args.host, args.port, settings)
+    except hypercorn_hardening.UnvettedHypercorn as exc:
+        print(f"serve: {exc}", file=sys.stderr)
+        sys.exit(2)
     try:
         sockets = config.create_sockets()  # before anything starts: a taken port is one line, not a traceback
     except OSError as exc:
