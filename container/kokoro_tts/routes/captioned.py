@@ -27,7 +27,7 @@ from starlette.responses import Response
 from kokoro_tts import metrics
 from kokoro_tts.engine.synthesis import AudioChunk
 from kokoro_tts.routes.openai import SpeechBody, error_response, speech_body
-from kokoro_tts.routes.sagemaker import GONE, ClientGone, engine_of, first_then, json_body, read_body, stream_speech
+from kokoro_tts.routes.streaming import GONE, ClientGone, engine_of, first_then, json_body, read_body, stream_speech
 
 CAPTIONED_PATH = "/dev/captioned_speech"
 

@@ -1,7 +1,7 @@
 """OpenAI's speech API, so its clients work unchanged: POST /v1/audio/speech, GET /v1/audio/voices (Kokoro-FastAPI's
 list, which Open WebUI reads), GET /v1/models and /v1/models/{id}.
 
-The same engine and streaming as /invocations (http_api.stream_speech), in OpenAI's vocabulary: ``input``,
+The same engine and streaming as /invocations (routes/streaming.py), in OpenAI's vocabulary: ``input``,
 ``response_format`` (default mp3), ``speed`` 0.25–4.0 (tempo.py: the model's range, then a time-stretch),
 OpenAI's voice names, ``stream_format`` "audio" (the bytes themselves) or "sse" (``speech.audio.delta`` events
 carrying base64 audio in the requested format, then one ``speech.audio.done`` with ``usage``), and errors shaped
@@ -30,10 +30,11 @@ from kokoro_tts.audio.encoding import AudioFormat, OffLoopEncoder, audio_format,
 from kokoro_tts.audio.tempo import TempoStretcher, split_speed
 from kokoro_tts.engine.backends.stages import SAMPLES_PER_FRAME
 from kokoro_tts.engine.synthesis import AudioChunk, SpeechRequest, TTSEngine
-from kokoro_tts.routes.sagemaker import (
+from kokoro_tts.routes.streaming import (
     GONE,
     ClientGone,
     Render,
+    encoded,
     engine_of,
     first_then,
     json_body,
@@ -216,7 +217,7 @@ def _render(params: _SpeechParams) -> Render:
         if params.sse:
             usage = _Usage(input_tokens=params.body.input_chars)
             return _sse_events(first, rest, output, usage, params.word_timestamps, params.body.tempo)
-        return _audio(first, rest, output)
+        return encoded(first, rest, output)
 
     return render
 
@@ -240,15 +241,6 @@ class _Output:
 
 
 Output = OffLoopEncoder[_Output]
-
-
-async def _audio(first: AudioChunk, rest: AsyncGenerator[AudioChunk], output: Output) -> AsyncIterator[bytes]:
-    async with aclosing(first_then(first, rest)) as chunks:
-        async for chunk in chunks:
-            if data := await output.encode(chunk.pcm):
-                yield data
-    if data := await output.finish():
-        yield data
 
 
 # --- stream_format "sse": OpenAI's events, each one bare ``data: {json}`` line and a blank line.
