@@ -1,72 +1,107 @@
-"""Server settings, read once from the environment (SageMaker passes configuration as env vars)."""
+"""Server settings, read once from the environment (SageMaker passes configuration as env vars).
+
+Each setting is declared once, here: its variable, default and one-line help (what ``serve --help`` lists); the
+comment above it says why it exists. A value that does not parse is a ``SettingError`` naming the variable.
+"""
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import Field, dataclass, field, fields
 from pathlib import Path
+from typing import Any
 
 from kokoro_client.audio import MAX_SPEED, MIN_SPEED
 
 
-def _env_int(name: str, default: int) -> int:
-    value = os.environ.get(name)
-    return int(value) if value else default
+class SettingError(ValueError):
+    """An environment variable's value is not one its setting takes."""
 
 
-def _env_float(name: str, default: float) -> float:
-    value = os.environ.get(name)
-    return float(value) if value else default
+def _from_env[T](env: str, default: T) -> T:
+    raw = os.environ.get(env)
+    if not raw:
+        return default
+    kind: Any = type(default)
+    if kind is bool:
+        if raw not in ("0", "1"):
+            raise SettingError(f"{env}={raw!r}: use 1 (on) or 0 (off)")
+        return raw == "1"  # type: ignore[return-value]
+    try:
+        made: T = kind(raw)
+        return made
+    except ValueError:
+        raise SettingError(f"{env}={raw!r}: expected {'an integer' if kind is int else 'a number'}") from None
 
 
-def _default_model_dir() -> Path:
-    # SageMaker mounts the S3 weight cache at /opt/ml/model; locally `make weights` fills models/kokoro.
-    if explicit := os.environ.get("KOKORO_MODEL_DIR"):
-        return Path(explicit)
-    return Path("/opt/ml/model")
+def _setting[T](env: str, default: T, help: str) -> T:
+    """A field read from ``env`` when it is set and not empty, else ``default``."""
+    metadata = {"env": env, "help": help, "default": default}
+    made: T = field(default_factory=lambda: _from_env(env, default), metadata=metadata)
+    return made
 
 
 @dataclass(frozen=True)
 class Settings:
-    model_dir: Path = field(default_factory=_default_model_dir)
-    backend: str = field(default_factory=lambda: os.environ.get("KOKORO_BACKEND", "onnx"))
-    device: str = field(default_factory=lambda: os.environ.get("KOKORO_DEVICE", "auto"))
-    default_voice: str = field(default_factory=lambda: os.environ.get("KOKORO_DEFAULT_VOICE", "af_heart"))
-    # Characters per utterance: long enough for any spoken reply, short enough that one request cannot
-    # occupy the engine for minutes. Longer text is rejected with text_too_long, never truncated.
-    max_text_chars: int = field(default_factory=lambda: _env_int("KOKORO_MAX_TEXT_CHARS", 5000))
-    # Utterances queued in one WebSocket session beyond the one in flight.
-    max_queued_utterances: int = field(default_factory=lambda: _env_int("KOKORO_MAX_QUEUED", 32))
-    # WebSocket sessions open at once; one more is refused (close 1013, reason server_busy).
-    max_sessions: int = field(default_factory=lambda: _env_int("KOKORO_MAX_SESSIONS", 256))
-    # Utterances, server-wide, waiting for their first audio chunk (HTTP requests and session utterances);
-    # beyond it a new one is answered server_busy at once rather than queued behind minutes of work.
-    max_waiting_first_chunks: int = field(default_factory=lambda: _env_int("KOKORO_MAX_WAITING", 16))
-    # Seconds a new HTTP synthesis may expect to wait for its first audio behind the work already accepted (the
-    # scheduler's estimate, scheduler.py); beyond it the request is refused with server_busy and a Retry-After, so
-    # accepted work keeps its pace and the client can go elsewhere instead of timing out.
-    max_first_audio_wait_s: float = field(default_factory=lambda: _env_float("KOKORO_MAX_FIRST_AUDIO_WAIT_S", 4.0))
-    # HTTP syntheses streaming at once (each holds a scheduler slot until its last chunk).
-    max_http_streams: int = field(default_factory=lambda: _env_int("KOKORO_MAX_HTTP_STREAMS", 32))
-    # HTTP/2 streams one connection may have open at once.
-    max_h2_streams: int = field(default_factory=lambda: _env_int("KOKORO_MAX_H2_STREAMS", 8))
-    # Seconds a client has to send a whole HTTP request body.
-    body_timeout_s: float = field(default_factory=lambda: _env_float("KOKORO_BODY_TIMEOUT_S", 10.0))
-    # Seconds from SIGTERM to exit: in-flight utterances finish or end with a shutting_down error, then sessions
-    # close with 1001. SageMaker gives a container 30 s after SIGTERM before it kills it.
-    shutdown_grace_s: float = field(default_factory=lambda: _env_float("KOKORO_SHUTDOWN_GRACE_S", 20.0))
-    # Largest WebSocket message or HTTP body accepted, in bytes.
-    max_message_bytes: int = field(default_factory=lambda: _env_int("KOKORO_MAX_MESSAGE_BYTES", 64 * 1024))
-    # Inference jobs run side by side when several wait; 0: the backend chooses (onnx on a CPU: one per core, a job
-    # alone using every core; a GPU: one). backends/threads.py says why.
-    workers: int = field(default_factory=lambda: _env_int("KOKORO_WORKERS", 0))
-    # Threads inside one inference job (onnxruntime intra-op); 0 lets the backend choose.
-    threads: int = field(default_factory=lambda: _env_int("KOKORO_THREADS", 0))
-    # Decode each chunk's audio window by window (engine/windows.py), each window its own scheduler job, so the
-    # first audio costs one short window; 0 synthesizes whole chunks (the side-by-side baseline). onnx only.
-    windowed: bool = field(default_factory=lambda: os.environ.get("KOKORO_WINDOWED", "1") != "0")
+    # SageMaker mounts the S3 weight cache at /opt/ml/model; locally `make weights` fills models/kokoro.
+    model_dir: Path = _setting("KOKORO_MODEL_DIR", Path("/opt/ml/model"), "the weight layout")
+    backend: str = _setting("KOKORO_BACKEND", "onnx", "onnx (any CPU) or torch (the GPU image)")
+    device: str = _setting("KOKORO_DEVICE", "auto", "auto, cpu or cuda")
+    default_voice: str = _setting("KOKORO_DEFAULT_VOICE", "af_heart", "the voice when a request names none")
+    # Long enough for any spoken reply, short enough that one request cannot occupy the engine for minutes.
+    # Longer text is rejected with text_too_long, never truncated.
+    max_text_chars: int = _setting("KOKORO_MAX_TEXT_CHARS", 5000, "characters per utterance")
+    # Beyond the one in flight.
+    max_queued_utterances: int = _setting("KOKORO_MAX_QUEUED", 32, "utterances queued in one WebSocket session")
+    # One more is refused (close 1013, reason server_busy).
+    max_sessions: int = _setting("KOKORO_MAX_SESSIONS", 256, "WebSocket sessions open at once")
+    # HTTP requests and session utterances alike; beyond it a new one is answered server_busy at once rather than
+    # queued behind minutes of work.
+    max_waiting_first_chunks: int = _setting(
+        "KOKORO_MAX_WAITING", 16, "utterances server-wide waiting for their first audio"
+    )
+    # Behind the work already accepted (the scheduler's estimate, engine/scheduler.py); beyond it the request is
+    # refused with server_busy and a Retry-After, so accepted work keeps its pace and the client can go elsewhere
+    # instead of timing out.
+    max_first_audio_wait_s: float = _setting(
+        "KOKORO_MAX_FIRST_AUDIO_WAIT_S", 4.0, "longest expected first-audio wait a new HTTP synthesis is taken for"
+    )
+    # Each holds a scheduler slot until its last chunk.
+    max_http_streams: int = _setting("KOKORO_MAX_HTTP_STREAMS", 32, "HTTP syntheses streaming at once")
+    max_h2_streams: int = _setting("KOKORO_MAX_H2_STREAMS", 8, "HTTP/2 streams one connection may have open")
+    body_timeout_s: float = _setting("KOKORO_BODY_TIMEOUT_S", 10.0, "seconds to send a whole HTTP request body")
+    # In-flight utterances finish or end with a shutting_down error, then sessions close with 1001. SageMaker
+    # gives a container 30 s after SIGTERM before it kills it.
+    shutdown_grace_s: float = _setting("KOKORO_SHUTDOWN_GRACE_S", 20.0, "seconds from SIGTERM to exit")
+    max_message_bytes: int = _setting(
+        "KOKORO_MAX_MESSAGE_BYTES", 64 * 1024, "largest WebSocket message or HTTP body, in bytes"
+    )
+    # 0: the backend chooses (onnx on a CPU: one per core, a job alone using every core; a GPU: one);
+    # engine/backends/threads.py says why.
+    workers: int = _setting("KOKORO_WORKERS", 0, "inference jobs side by side when several wait (0: the backend's)")
+    # onnxruntime's intra-op threads.
+    threads: int = _setting("KOKORO_THREADS", 0, "threads inside one inference job (0: the backend chooses)")
+    # Each window its own scheduler job, so the first audio costs one short window (engine/windows.py); 0 is the
+    # side-by-side baseline. onnx only.
+    windowed: bool = _setting("KOKORO_WINDOWED", True, "1: decode each chunk's audio in vocoder windows; 0: whole")
+    warmup_text: str = _setting(
+        "KOKORO_WARMUP_TEXT", "Warming up the speech engine.", "the sentence synthesized once before /ping is 200"
+    )
     min_speed: float = MIN_SPEED
     max_speed: float = MAX_SPEED
-    warmup_text: str = field(
-        default_factory=lambda: os.environ.get("KOKORO_WARMUP_TEXT", "Warming up the speech engine.")
-    )
+
+
+def environment() -> dict[str, str]:
+    """Each setting's variable → its help and default, as ``serve --help`` lists them."""
+    declared: tuple[Field[Any], ...] = fields(Settings)
+    return {
+        f.metadata["env"]: f"{f.metadata['help']} ({_shown(f.metadata['default'])})"
+        for f in declared
+        if "env" in f.metadata
+    }
+
+
+def _shown(default: object) -> str:
+    if isinstance(default, bool):
+        return "1" if default else "0"
+    return str(default)

@@ -22,30 +22,13 @@ from kokoro_client import logs
 from kokoro_tts.server import hypercorn_hardening
 from kokoro_tts.server.app import begin_shutdown, create_app
 from kokoro_tts.server.request_ids import AccessFields
-from kokoro_tts.settings import Settings
+from kokoro_tts.settings import SettingError, Settings, environment
 
 log = logging.getLogger("kokoro_tts.server.serve")
 
-# Each setting's environment variable, as settings.py reads it (shown by --help).
+# What --help lists: every setting's variable (settings.py declares them), then the process's own.
 ENVIRONMENT = {
-    "KOKORO_MODEL_DIR": "the weight layout (default /opt/ml/model, where SageMaker mounts it)",
-    "KOKORO_BACKEND": "onnx (any CPU, the default) or torch (the GPU image)",
-    "KOKORO_DEVICE": "auto, cpu or cuda",
-    "KOKORO_DEFAULT_VOICE": "the voice when a request names none (af_heart)",
-    "KOKORO_MAX_TEXT_CHARS": "characters per utterance (5000)",
-    "KOKORO_MAX_QUEUED": "utterances queued in one session (32)",
-    "KOKORO_MAX_SESSIONS": "WebSocket sessions at once (256)",
-    "KOKORO_MAX_WAITING": "utterances server-wide waiting for their first audio (16)",
-    "KOKORO_MAX_HTTP_STREAMS": "HTTP syntheses at once (32)",
-    "KOKORO_MAX_FIRST_AUDIO_WAIT_S": "longest expected first-audio wait a new HTTP synthesis is taken for (4)",
-    "KOKORO_MAX_H2_STREAMS": "HTTP/2 streams per connection (8)",
-    "KOKORO_MAX_MESSAGE_BYTES": "largest WebSocket message or HTTP body (65536)",
-    "KOKORO_BODY_TIMEOUT_S": "seconds to send a whole HTTP body (10)",
-    "KOKORO_SHUTDOWN_GRACE_S": "seconds from SIGTERM to exit (20)",
-    "KOKORO_WORKERS": "inference jobs side by side (0: one per core on a CPU, 1 on a GPU)",
-    "KOKORO_THREADS": "threads per inference job (0: the backend chooses)",
-    "KOKORO_WINDOWED": "1: stream each chunk's audio in vocoder windows (onnx); 0: whole chunks",
-    "KOKORO_WARMUP_TEXT": "the sentence synthesized once before /ping turns 200",
+    **environment(),
     "HOST, PORT": "the defaults of --host and --port",
     "LOG_LEVEL": "INFO, DEBUG, ...",
     "LOG_FORMAT": "json (one object per line, the image's default) or text (the default elsewhere)",
@@ -82,7 +65,7 @@ def main(argv: list[str] | None = None) -> None:
         description="Kokoro TTS server (SageMaker real-time endpoint contract): GET /ping, POST /invocations, "
         "POST /v1/audio/speech and WS /invocations-bidirectional-stream (docs/protocol.md).",
         epilog="environment variables:\n"
-        + "\n".join(f"  {name:<26} {meaning}" for name, meaning in ENVIRONMENT.items()),
+        + "\n".join(f"  {name:<30} {meaning}" for name, meaning in ENVIRONMENT.items()),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
@@ -98,10 +81,10 @@ def main(argv: list[str] | None = None) -> None:
         logs.configure()
     except ValueError as exc:
         parser.error(str(exc))
-    settings = Settings()
     try:
+        settings = Settings()
         config = hypercorn_config(args.host, args.port, settings)
-    except hypercorn_hardening.UnvettedHypercorn as exc:
+    except (SettingError, hypercorn_hardening.UnvettedHypercorn) as exc:
         print(f"serve: {exc}", file=sys.stderr)
         sys.exit(2)
     try:
