@@ -23,8 +23,8 @@ from support.agent_fixtures import (
     invoke,
     make_model,
     types,
-    wait_for,
 )
+from support.eventually import eventually
 from support.inproc_server import RunningServer
 from support.listener import WhisperListener, word_errors
 from voice_agent.events import Event
@@ -134,7 +134,7 @@ async def test_tts_down_is_tts_unavailable(mode: str) -> None:
     assert events[-1]["type"] == "error" and events[-1]["code"] == "tts_unavailable", events[-1]
     if mode == "batch":  # batch only calls the TTS once the reply is written: all of it reached the caller
         assert text_of(events) == TEST_REPLY
-    await wait_for(lambda: all(s.closed for s in model.streams), message="the LLM stream to end")
+    await eventually(lambda: all(s.closed for s in model.streams), "the LLM stream to end")
 
 
 @pytest.mark.parametrize("mode", ["bidi", "batch"])
@@ -148,7 +148,7 @@ async def test_llm_failing_mid_stream_is_llm_failed_after_the_text_so_far(
     assert "simulated LLM failure" in events[-1]["message"]
     assert text_of(events) == "Hello there! This reply is"
     if mode == "bidi":  # the session opened for the reply is closed with it
-        await wait_for(lambda: tts_sessions["ended"] == tts_sessions["started"] == 1, message="the TTS session")
+        await eventually(lambda: tts_sessions["ended"] == tts_sessions["started"] == 1, "the TTS session")
     else:  # batch never got as far as calling the TTS
         assert tts_sessions["started"] == 0
 
@@ -183,11 +183,11 @@ async def test_a_caller_leaving_stops_the_llm_and_the_tts_session(
                 if event["type"] == leave_after:
                     break
         await stream.aclose()  # type: ignore[attr-defined]  # hangs up: the connection closes here
-        await wait_for(lambda: model.streams and model.streams[0].closed, message="the LLM stream to stop")
+        await eventually(lambda: model.streams and model.streams[0].closed, "the LLM stream to stop")
         record = model.streams[0]
         assert record.cancelled and not record.completed
         if mode == "bidi":
-            await wait_for(lambda: tts_sessions["ended"] == tts_sessions["started"] == 1, message="the TTS session")
+            await eventually(lambda: tts_sessions["ended"] == tts_sessions["started"] == 1, "the TTS session")
 
 
 @pytest.mark.parametrize("fmt", ["mulaw", "alaw", "wav_mulaw", "wav", "mp3"])

@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 from kokoro_client.session import TTSTransportError
-from support.agent_fixtures import FakeBatch, FakeSource, FakeTTS, index_of, types, wait_for
+from support.agent_fixtures import FakeBatch, FakeSource, FakeTTS, index_of, types
+from support.eventually import eventually
 from voice_agent.events import Event
 from voice_agent.pipeline import BusyRetry, PipelineOptions, run_batch, run_bidi
 
@@ -101,7 +102,7 @@ async def test_a_stalled_llm_times_out(mode: str) -> None:
     options = PipelineOptions(llm_idle_timeout_s=0.3)
     events = await collect(bidi(source, FakeTTS(), options) if mode == "bidi" else batch(source, FakeBatch(), options))
     assert events[-1]["code"] == "llm_timeout"
-    await wait_for(lambda: source.cancelled, message="the stalled LLM stream to be cancelled")
+    await eventually(lambda: source.cancelled, "the stalled LLM stream to be cancelled")
 
 
 async def test_bidi_with_the_tts_down_is_tts_unavailable_and_stops_the_llm() -> None:
@@ -109,7 +110,7 @@ async def test_bidi_with_the_tts_down_is_tts_unavailable_and_stops_the_llm() -> 
     events = await collect(bidi(source, FakeTTS(refuse=True)))
     assert_well_formed(events)
     assert events[-1]["code"] == "tts_unavailable"
-    await wait_for(lambda: source.stopped, message="the LLM stream to be cancelled")
+    await eventually(lambda: source.stopped, "the LLM stream to be cancelled")
     assert not source.finished
 
 

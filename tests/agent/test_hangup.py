@@ -16,7 +16,8 @@ from typing import Any
 
 import pytest
 import voice_agent.app as agent_app
-from support.agent_fixtures import AgentServer, agent_settings, make_model, wait_for
+from support.agent_fixtures import AgentServer, agent_settings, make_model
+from support.eventually import eventually
 from support.inproc_server import RunningServer
 
 from scripts.sse import post_sse
@@ -49,7 +50,7 @@ async def test_without_the_workaround_the_sdk_lets_a_hung_up_reply_run_to_its_en
                     if event["type"] == "audio_chunk":
                         break
             await stream.aclose()  # type: ignore[attr-defined]  # hangs up: the connection closes here
-            await wait_for(lambda: model.streams and model.streams[0].closed, timeout_s=30, message="the LLM stream")
+            await eventually(lambda: model.streams and model.streams[0].closed, "the LLM stream", within_s=30)
     finally:
         gc.enable()
     record = model.streams[0]

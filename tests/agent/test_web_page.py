@@ -13,8 +13,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from itertools import pairwise
 from pathlib import Path
 from typing import Any
@@ -24,6 +23,7 @@ import pytest
 from playwright.sync_api import Browser, ConsoleMessage, Page, Request, sync_playwright
 from starlette.testclient import TestClient
 from support.agent_fixtures import TEST_REPLY, AgentServer, agent_settings, make_model
+from support.eventually import eventually_here
 from support.inproc_server import RunningServer
 from voice_agent.app import create_app
 from voice_agent.scripted_model import DEFAULT_REPLY, ScriptedModel
@@ -104,15 +104,6 @@ def page(browser: Browser, agent: AgentServer) -> Iterator[Page]:
     yield opened
     context.close()
     assert not problems, problems
-
-
-def wait_until(predicate: Callable[[], Any], message: str, timeout_s: float = 5.0) -> None:
-    """(Sync Playwright keeps an event loop on this thread, so no asyncio.run here.)"""
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {message}")
-        time.sleep(0.05)
 
 
 def speak(page: Page, mode: str) -> None:
@@ -243,9 +234,9 @@ def test_stop_cuts_the_audio_and_cancels_on_the_server(
     # The server side: the page's fetch was aborted, so the app's hang-up watch stopped the LLM and the session.
     assert len(model.streams) == streams_before + 1
     record = model.streams[-1]
-    wait_until(lambda: record.closed, "the LLM stream to stop")
+    eventually_here(lambda: record.closed, "the LLM stream to stop")
     assert record.cancelled and not record.completed
-    wait_until(lambda: tts_sessions["ended"] == tts_sessions["started"] == 1, "the TTS session to end")
+    eventually_here(lambda: tts_sessions["ended"] == tts_sessions["started"] == 1, "the TTS session to end")
     page.wait_for_timeout(500)  # nothing more arrives after the stop
     assert page.evaluate("() => voiceDemo.scheduled.length") == cut["scheduled"]
     column = page.locator("#col-bidi")

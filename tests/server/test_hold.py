@@ -19,6 +19,7 @@ import h2.events
 import httpx
 import pytest
 from kokoro_tts.text.chunks import MAX_CHUNK_CHARS, split_utterance
+from support.eventually import eventually
 from support.idle import wait_idle
 from support.inproc_server import RunningServer
 from support.ws_client import Transcript, receive_until
@@ -30,14 +31,6 @@ LONG_SENTENCE = (
     "so that its first chunk alone keeps the only inference worker busy for a noticeable while on this machine."
 )
 LONG_TEXT = " ".join([LONG_SENTENCE] * 4)
-
-
-async def eventually(condition: Any, within: float) -> bool:
-    for _ in range(int(within / 0.02)):
-        if condition():
-            return True
-        await asyncio.sleep(0.02)
-    return bool(condition())
 
 
 def raw_post(port: int, body: bytes, path: str = "/invocations", length: int | None = None) -> socket.socket:
@@ -132,7 +125,7 @@ async def _hold_the_slot(server: RunningServer) -> asyncio.Task[httpx.Response]:
             return await client.post(f"{server.base_url}/invocations", json={"text": LONG_SENTENCE})
 
     task = asyncio.create_task(post())
-    assert await eventually(lambda: server.engine.waiting.count >= 1, 30)
+    await eventually(lambda: server.engine.waiting.count >= 1, "an utterance waiting for its first audio", 30)
     return task
 
 
@@ -164,7 +157,7 @@ async def test_sessions_past_the_cap_are_refused_with_server_busy(server: Runnin
     sessions = server.engine.sessions
     async with connect(server.ws_url) as first:
         await first.send(json.dumps({"type": "config", "speed": 1.0}))
-        assert await eventually(lambda: sessions.count >= 1, 10)
+        await eventually(lambda: sessions.count >= 1, "a session open", 10)
         ceiling, sessions.ceiling = sessions.ceiling, sessions.count
         try:
             async with connect(server.ws_url) as refused:
@@ -283,8 +276,9 @@ async def test_closed_http1_connections_release_their_sockets_at_once(server: Ru
         with socket.create_connection(("127.0.0.1", server.port)) as sock:
             sock.sendall(b"GET /ping HTTP/1.1\r\nHost: x\r\n\r\n")
             assert sock.recv(4096).startswith(b"HTTP/1.1 200")
-    await eventually(lambda: _open_fds() <= baseline + 5, 5)
-    assert _open_fds() <= baseline + 5, f"{_open_fds() - baseline} sockets still held (keep-alive is 75 s)"
+    await eventually(
+        lambda: _open_fds() <= baseline + 5, "the closed connections' sockets closed (keep-alive is 75 s)", 5
+    )
 
 
 @pytest.fixture
@@ -333,7 +327,7 @@ async def test_an_aborted_upload_logs_one_line_and_no_traceback(
     sock = raw_post(server.port, b'{"text": "hel', length=1000)
     await asyncio.sleep(0.3)
     sock.close()
-    await eventually(lambda: any("request body" in r.getMessage() for r in caplog.records), 5)
+    await eventually(lambda: any("request body" in r.getMessage() for r in caplog.records), "the log line", 5)
     lines = [r for r in caplog.records if "request body" in r.getMessage()]
     assert len(lines) == 1
     assert not [r for r in caplog.records if r.exc_info], [r.getMessage() for r in caplog.records if r.exc_info]

@@ -92,14 +92,6 @@ async def invoke(url: str, payload: dict[str, Any], timeout_s: float = 90.0) -> 
         return [event async for event in post_sse(f"{url}/invocations", payload, timeout_s=timeout_s)]
 
 
-async def wait_for(predicate: Any, timeout_s: float = 10.0, message: str = "condition") -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {message}")
-        await asyncio.sleep(0.05)
-
-
 def types(events: list[Event]) -> list[str]:
     return [e["type"] for e in events]
 
