@@ -5,10 +5,8 @@ chunk is needed when the audio already sent will have finished playing. So a lon
 seconds of slack, never holds back another session's first chunk, and no session starves: deadlines age.
 Jobs run in a thread pool, so the event loop stays free for /ping and new connections. With several workers a job
 runs alone, on every core, when nothing else runs or waits, and the others wait for it, unless they are due before
-it: a job cannot be interrupted, and a second caller's first window waited up to 1.2 s for a window of the first
-caller's reply that was due seconds later. Measured in-process (2 cores, one caller speaking a 4-sentence reply, a
-second arriving 0.6-5.5 s in, 22 trials each way, interleaved): the second's first audio p50 374-420 → 202-203 ms,
-max 1.23 → 0.32 s; neither caller's audio ran dry in any trial, either way. When jobs wait, they run side by side, a
+it: a job cannot be interrupted, and a second caller's first window would otherwise wait for a window of the first
+caller's reply that is due seconds later (docs/engine.md has the figures). When jobs wait, they run side by side, a
 share of the cores each (backends/threads.py).
 
 Admission (``admit``): work already accepted must still meet its deadlines, so new work is refused with

@@ -1,14 +1,12 @@
 """Decode a chunk's audio window by window, so its first audio costs one short window, not the whole chunk.
 
-The vocoder's generator is windowed; its input is the whole chunk's, made once by the second window's job, except
-for the first window, whose input comes from a prefix of the chunk (backends/stages.py). Each window is decoded
-with ``left_context`` / ``right_context`` frames of the features on each side and the context's audio is cut off.
-What is not local in the generator is its AdaIN layers' normalisation over time: a window normalised by its own
-statistics sounds unlike the whole chunk, the more so the shorter it is (measured, 3 sentences x 3 voices: 2
-windows 1.7 dB log-mel L1, 3 windows 3.4 dB, 6 windows 3.6 dB; with the whole chunk's statistics fed in, 0.9 dB for
-any count, the int8 model's own noise floor). So a chunk's windows share their statistics (``NormPool``: pooled from
-a prior and the windows before, backends/stages.py), and then the context matters little: 2 left / 1 right frames
-measured as close as 12 / 6 (1.4-1.8 dB over 6 windows). The windows overlap by ``crossfade`` frames and are
+The vocoder's generator is windowed; its input is the whole chunk's, made once by the second window's job, except for
+the first window, whose input comes from a prefix of the chunk (backends/stages.py). Each window is decoded with
+``left_context`` / ``right_context`` frames of the features on each side and the context's audio is cut off. What is not
+local in the generator is its AdaIN layers' normalisation over time: a window normalised by its own statistics sounds
+unlike the whole chunk, the more so the shorter it is. So a chunk's windows share their statistics (``NormPool``: pooled
+from a prior and the windows before, backends/stages.py), and then the context matters little: 2 left / 1 right frames
+come as close as far wider ones (docs/engine.md has the figures). The windows overlap by ``crossfade`` frames and are
 cross-faded there, so a small difference in level between neighbours is spread over 25 ms instead of stepping at a
 sample. The harmonic source is made from the chunk's start, so its phase runs on.
 
@@ -18,8 +16,8 @@ first window is the smallest from ``first`` up after which the later windows, ea
 (context included, at the speed learnt so far: ``DecoderSpeed``) ends within ``margin`` of the audio queued
 ahead of it, keep up (``first_size``; making the generator's input counts too: the first window's prefix, and the
 whole chunk's in the second window's job). A chunk has a few windows (``windows``: three, or one per 1.25 s of a longer
-chunk): each one costs its context and a call, and with three or four the first is 4-11 % of a sentence
-(measured at the 2-core speed: 9-18 frames of 100-230-frame sentences). No window, first or later, takes
+chunk): each one costs its context and a call, and with three or four the first is a small part of a sentence.
+No window, first or later, takes
 more than ``longest_s`` of decoding alone: a huge first window would keep the first audio waiting for seconds, and a
 client who leaves would still pay for a huge later one. When no first window up to that keeps up (a loaded
 machine), the first window is ``first`` and the rest follows in windows of ``longest``: a gap, not a long wait. Under
@@ -46,10 +44,10 @@ Decode = Callable[[int, int], np.ndarray]  # audio for aligned frames [start, st
 
 
 class DecoderSpeed:
-    """What decoding a window costs on the whole machine, learnt from the windows decoded last by a job running
-    alone (backends/threads.py): a fixed cost per call (measured: ~30 ms for the int8 generator's 1,600 nodes on 2
-    cores) plus a cost per frame, fitted by least squares; in proportion to the frames until two window sizes have
-    been seen. Empty (``known`` False) until the first window."""
+    """What decoding a window costs on the whole machine, learnt from the windows decoded last by a job running alone
+    (backends/threads.py): a fixed cost per call (the generator's many small nodes) plus a cost per frame, fitted by
+    least squares; in proportion to the frames until two window sizes have been seen. Empty (``known`` False) until the
+    first window."""
 
     SAMPLES = 16  # the latest windows the fit uses: recent enough to follow the machine's load
 
@@ -97,15 +95,14 @@ class WindowPlan:
     largest: int = 400  # ...up to 10 s, so a long chunk still yields audio steadily
     # A paced window's decoding, alone on the machine, takes at most this: a job is not interrupted, so another
     # stream's first window may wait for one window of this one, and a stream whose client left runs on for one.
-    # Uncapped, a long chunk ahead of its playback grew to 400-frame windows of 4.5-5 s on 2 cores; capped, the
-    # same reply took no more compute.
+    # Uncapped, a long chunk ahead of its playback grew to windows of seconds; capped, the same reply took no more
+    # compute (docs/engine.md).
     longest_s: float = 1.0
     left_context: int = 2
     right_context: int = 1
     crossfade: int = 1
-    # A paced window must be done within this share of the audio queued ahead of it. On a shared machine a window
-    # now and then takes 1.2-2x its usual time: with 0.85, 4 of 28 replies (one session, 2-core VM) had a gap; with
-    # 0.7 none, at the same window count, the first window ~2 frames (~10 ms) larger.
+    # A paced window must be done within this share of the audio queued ahead of it: on a shared machine a window
+    # now and then takes up to twice its usual time, and 0.85 left gaps where 0.7 left none (docs/engine.md).
     margin: float = 0.7
     least: int = 4  # a paced window smaller than this could not keep up: the context would cost more than its audio
     frames_per_window: int = 50  # a chunk has at most one window per 1.25 s, three at least: the module docstring

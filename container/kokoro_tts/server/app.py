@@ -142,10 +142,10 @@ async def _load(
 
 def _freeze_long_lived() -> None:
     """Take what lives as long as the process (the model, the G2P's lexicons, the warm-up's objects) out of the
-    cyclic garbage collector. Its full collections then scan only what requests made since: milliseconds, not the
-    ~300 ms pause on the event loop that the lexicons' 330,000 objects cost; and they run often enough that the
-    state of a stream its client abandoned (kept in a cycle by the CancelledError's traceback) is freed within
-    seconds, where before it piled up for minutes, ~10 MB a stream."""
+    cyclic garbage collector. Its full collections then scan only what requests made since, not the lexicons'
+    hundreds of thousands of objects (a long pause on the event loop), and they run often enough that the state of
+    a stream its client abandoned (kept in a cycle by the CancelledError's traceback) is freed within seconds, not
+    minutes (docs/engine.md)."""
     gc.collect()
     gc.freeze()
     gc.collect()  # counts what is left, which is what the next full collection waits for a quarter more of

@@ -1,13 +1,11 @@
 """onnxruntime sessions as the server runs them: thread counts, and memory that goes back to the OS.
 
-A graph is loaded twice when jobs may run side by side (``SessionPair``, backends/threads.py). Each onnxruntime
-session would keep its own CPU arena, grown to its largest run and never returned: under load the server's memory
-then rose in steps of the arenas' doubling, 280 MB over a few rounds of two and four sessions before it levelled
-off. So every session of the process allocates from one shared arena, each run hands the arena's free regions
-back (``RUN_OPTIONS``), and glibc's mmap threshold is fixed so a freed region is unmapped rather than kept in its
-heap (glibc raises the threshold after each large free, and later large blocks then stay in the heap). Measured
-on the generator, 2 cores, windows of 8 to 120 frames alone and two at a time: RSS flat (970 → 993 MB) where the
-per-session arenas grew 993 → 1220 MB, at the same speed (141 against 137 frames/s alone).
+A graph is loaded twice when jobs may run side by side (``SessionPair``, backends/threads.py). Each onnxruntime session
+would keep its own CPU arena, grown to its largest run and never returned: under load the server's memory then rose in
+steps of the arenas' doubling. So every session of the process allocates from one shared arena, each run hands the
+arena's free regions back (``RUN_OPTIONS``), and glibc's mmap threshold is fixed so a freed region is unmapped rather
+than kept in its heap (glibc raises the threshold after each large free, and later large blocks then stay in the heap).
+RSS then stays flat at the same speed (docs/engine.md).
 """
 
 from __future__ import annotations
@@ -68,8 +66,7 @@ def session(path: Path, threads: int = 0, providers: Sequence[str] = ("CPUExecut
     options.inter_op_num_threads = 1
     # Each session has its own intra-op threads, which spin between operators (fast) and, by default, for a while
     # after a run: the next graph's threads then share the cores with them. A job runs two or three graphs in a row
-    # (backends/stages.py), so the spinning stops when a run returns. Measured on 2 cores, a 204-frame sentence's
-    # first job (front, its first window's input, a 9-frame window): 201 ms with the spinning, 137 ms without it.
+    # (backends/stages.py), so the spinning stops when a run returns (a first job a third faster: docs/engine.md).
     options.add_session_config_entry("session.force_spinning_stop", "1")
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     return ort.InferenceSession(str(path), options, providers=list(providers))

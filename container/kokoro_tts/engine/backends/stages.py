@@ -22,13 +22,12 @@ A chunk's first audio needs the front, and the features and the generator of its
 stage is local (its convolutions reach ``FEATURES_CONTEXT`` frames; the harmonic source, made from the chunk's
 start, is exact on any prefix), so the first window takes its features from a prefix of the chunk; every later
 window takes the whole chunk's, made once (``complete``) by the job of the second window. That halves the work
-before the first audio on a long sentence (measured on 2 cores, 204 frames: front 86 ms before, now 42 ms plus
-9 ms for the prefix; the whole chunk's features, 42 ms, move to the second window's job).
+before the first audio on a long sentence (docs/engine.md).
 
 Every AdaIN layer normalises over the time axis it is given, so a window (or a prefix) decoded alone would be
 normalised by its own statistics, not the chunk's: that, not the convolutions' reach, is what made short windows
-sound unlike the whole chunk (measured: with the whole chunk's statistics fed in, windows of any size and count
-come within 0.9 dB log-mel L1 of it, the int8 model's own noise floor). The derived features and generator graphs
+sound unlike the whole chunk (with the whole chunk's statistics fed in, windows of any size and count come as
+close to it as the int8 model's own noise floor). The derived features and generator graphs
 therefore take the statistics to pool with (``norm_moments``, ``norm_share``) and return their input's own
 (``window_moments``): a chunk's ``ChunkPool`` carries them from window to window, starting from the voice's priors
 (its statistics over a reference sentence, measured at ``make weights`` time), so the first window is normalised
@@ -61,14 +60,13 @@ NORM_OUTPUT = "window_moments"
 FEATURES_PRIOR = "features/"
 SILENT_TOKENS = "silent_tokens"
 # Frames of the chunk beyond a window that its features are made from, while the chunk's own are not made yet. The
-# blocks' convolutions reach 11 frames by count; measured, a prefix's features match the whole chunk's to the int8
-# noise floor (their quantization scales are the prefix's own) from 4 frames on, and its harmonics exactly from 1.
+# blocks' convolutions reach 11 frames by count; a prefix's features match the whole chunk's to the int8 noise floor
+# from fewer (docs/engine.md).
 FEATURES_CONTEXT = 12
-# A voice's prior counts as this many aligned frames in a chunk's pool. Measured over 3 voices x 4 sentences, 3
-# windows, the prior from another sentence: 60 frames 1.4-2.1 dB log-mel L1 from the whole chunk, no prior 2.2-3.7.
+# A voice's prior counts as this many aligned frames in a chunk's pool (chosen by measurement: docs/engine.md).
 PRIOR_FRAMES = 60.0
 # A chunk that is mostly silence ("Hello!": its pads and punctuation take half its frames) is normalised unlike any
-# prior mixed from speech and silence (measured: 2.1-4.7 dB with one, 2.7-3.6 without): it pools its own windows only.
+# prior mixed from speech and silence (docs/engine.md): it pools its own windows only.
 MOST_SILENT = 0.4
 
 

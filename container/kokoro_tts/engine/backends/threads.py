@@ -1,8 +1,7 @@
 """Whether the inference job running in this thread has the machine to itself.
 
 On a CPU, one job on every core gives a lone session its first audio soonest, but several jobs side by side, a core
-each, get through more work: intra-op threads parallelise a short window poorly (measured on 2 cores: first
-windows at 195 ms a job two at a time, one thread each, against 302 ms a job one at a time on both). So the
+each, get through more work: intra-op threads parallelise a short window poorly (docs/engine.md). So the
 scheduler runs a job alone, on every core, when nothing else is waiting, and side by side otherwise
 (scheduler.py); the onnx backend keeps a session for each case (``ort_sessions.SessionPair``) and asks ``alone()``
 which to use.
