@@ -117,6 +117,14 @@ class AudioChunk:
         return 1000.0 * self.pcm.size / SAMPLE_RATE
 
 
+def speed_within(speed: object, lo: float, hi: float) -> float:
+    """``speed`` as a float if it is a number from ``lo`` to ``hi``; else ``TTSError`` invalid_speed."""
+    # Compared before float(): a 400-digit integer is a bad speed, not an OverflowError.
+    if isinstance(speed, bool) or not isinstance(speed, int | float) or not lo <= speed <= hi:
+        raise TTSError(ErrorCode.INVALID_SPEED, f"'speed' must be a number from {lo} to {hi}, not {quoted(speed)}.")
+    return float(speed)
+
+
 class TTSEngine:
     def __init__(self, settings: Settings, backend: Backend, voices: VoiceBank, phonemizer: Phonemizer) -> None:
         self.settings = settings
@@ -217,13 +225,8 @@ class TTSEngine:
         return resolved
 
     def check_speed(self, speed: object | None) -> float:
-        if speed is None:
-            return 1.0
-        lo, hi = self.settings.min_speed, self.settings.max_speed
-        # Compared before float(): a 400-digit integer is a bad speed, not an OverflowError.
-        if isinstance(speed, bool) or not isinstance(speed, int | float) or not lo <= speed <= hi:
-            raise TTSError(ErrorCode.INVALID_SPEED, f"'speed' must be a number from {lo} to {hi}, not {quoted(speed)}.")
-        return float(speed)
+        """A speed the model speaks at (1.0 when none is given)."""
+        return 1.0 if speed is None else speed_within(speed, self.settings.min_speed, self.settings.max_speed)
 
     async def stream(self, request: SpeechRequest, due: float | None = None) -> AsyncGenerator[AudioChunk]:
         """Audio window by window (batch by batch when not windowed); a chunk with nothing speakable (emoji only,

@@ -29,7 +29,8 @@ from kokoro_tts import metrics
 from kokoro_tts.audio.encoding import AudioFormat, OffLoopEncoder, audio_format, make_encoder, output_rate
 from kokoro_tts.audio.tempo import TempoStretcher, split_speed
 from kokoro_tts.engine.backends.stages import SAMPLES_PER_FRAME
-from kokoro_tts.engine.synthesis import AudioChunk, SpeechRequest, TTSEngine
+from kokoro_tts.engine.synthesis import AudioChunk, SpeechRequest, TTSEngine, speed_within
+from kokoro_tts.routes import streaming
 from kokoro_tts.routes.streaming import (
     GONE,
     ClientGone,
@@ -106,8 +107,7 @@ def openai_error(error: TTSError) -> dict[str, Any]:
 
 
 def error_response(error: TTSError) -> JSONResponse:
-    headers = {"Retry-After": str(error.retry_after_s)} if error.retry_after_s is not None else None
-    return JSONResponse({"error": openai_error(error)}, status_code=error.http_status, headers=headers)
+    return streaming.error_response(error, openai_error(error))
 
 
 # --- POST /v1/audio/speech
@@ -140,13 +140,8 @@ def speech_body(engine: TTSEngine, fields: dict[str, Any]) -> SpeechBody:
     if not isinstance(model, str):
         raise _FieldError(ErrorCode.INVALID_MESSAGE, "'model' must be a string such as 'kokoro'.", "model")
     _check_model(model)
-    speed = fields.get("speed", 1.0)
-    # Compared before float(): a 400-digit integer is a bad speed, not an OverflowError.
-    if isinstance(speed, bool) or not isinstance(speed, int | float) or not MIN_SPEED <= speed <= MAX_SPEED:
-        raise TTSError(
-            ErrorCode.INVALID_SPEED, f"'speed' must be a number from {MIN_SPEED} to {MAX_SPEED}, not {quoted(speed)}."
-        )
-    model_speed, tempo = split_speed(float(speed), engine.settings.min_speed, engine.settings.max_speed)
+    speed = speed_within(fields.get("speed", 1.0), MIN_SPEED, MAX_SPEED)  # OpenAI's range: wider than the model's
+    model_speed, tempo = split_speed(speed, engine.settings.min_speed, engine.settings.max_speed)
     speech = engine.request(fields.get("input"), voice_spec(fields.get("voice")), model_speed)
     fmt = audio_format(fields.get("response_format", "mp3"))
     rate = output_rate(fmt, fields.get("sample_rate"))

@@ -3,6 +3,7 @@ audio out, streamed as routes/streaming.py streams every synthesis)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from kokoro_client.errors import ErrorCode, TTSError, quoted
@@ -12,12 +13,17 @@ from starlette.responses import JSONResponse, Response
 from kokoro_tts import metrics
 from kokoro_tts.audio.encoding import AudioFormat, audio_format, off_loop_encoder, output_rate
 from kokoro_tts.engine.synthesis import SpeechRequest, TTSEngine
-from kokoro_tts.routes.streaming import GONE, ClientGone, encoded, engine_of, json_body, read_body, stream_speech, utf8
-
-
-def error_response(error: TTSError) -> JSONResponse:
-    headers = {"Retry-After": str(error.retry_after_s)} if error.retry_after_s is not None else None
-    return JSONResponse({"error": error.to_dict()}, status_code=error.http_status, headers=headers)
+from kokoro_tts.routes.streaming import (
+    GONE,
+    ClientGone,
+    encoded,
+    engine_of,
+    error_response,
+    json_body,
+    read_body,
+    stream_speech,
+    utf8,
+)
 
 
 async def ping(request: Request) -> Response:
@@ -70,16 +76,29 @@ def asks_for_health(request: Request) -> bool:
     return "health" in {a.strip().lower() for a in attributes.replace(";", ",").split(",")}
 
 
+@dataclass(frozen=True)
+class Invocation:
+    """An /invocations body, every field checked: what to say (text, voice, speed) and how to send it."""
+
+    speech: SpeechRequest
+    fmt: AudioFormat
+    sample_rate: int
+
+    @classmethod
+    def parse(cls, engine: TTSEngine, fields: dict[str, Any]) -> Invocation:
+        speech = engine.request(fields.get("text"), fields.get("voice"), fields.get("speed"))
+        fmt = audio_format(fields.get("format", "pcm"))
+        return cls(speech, fmt, output_rate(fmt, fields.get("sample_rate")))
+
+
 async def invocations(request: Request) -> Response:
     if asks_for_health(request):
         return await health(request)
     try:
         engine = engine_of(request)
         body = await read_body(request, engine)
-        fields = _invocation_fields(request, body)
-        speech = engine.request(fields.get("text"), fields.get("voice"), fields.get("speed"))
-        fmt = audio_format(fields.get("format", "pcm"))
-        return await _stream(request, engine, speech, fmt, output_rate(fmt, fields.get("sample_rate")))
+        invocation = Invocation.parse(engine, _invocation_fields(request, body))
+        return await _stream(request, engine, invocation)
     except TTSError as error:
         metrics.error("invocations", error.code)
         return error_response(error)
@@ -99,14 +118,12 @@ def _invocation_fields(request: Request, body: bytes) -> dict[str, Any]:
     )
 
 
-async def _stream(
-    request: Request, engine: TTSEngine, speech: SpeechRequest, fmt: AudioFormat, sample_rate: int | None = None
-) -> Response:
-    rate = fmt.default_rate if sample_rate is None else sample_rate
+async def _stream(request: Request, engine: TTSEngine, invocation: Invocation) -> Response:
+    fmt, rate = invocation.fmt, invocation.sample_rate
     return await stream_speech(
         request,
         engine,
-        speech,
+        invocation.speech,
         lambda first, rest: encoded(first, rest, off_loop_encoder(fmt, rate)),
         fmt.content_type(rate),
         {"X-Sample-Rate": str(rate)},

@@ -20,7 +20,7 @@ from typing import Any
 
 from kokoro_client.errors import INTERNAL_ERROR_MESSAGE, ErrorCode, TTSError
 from starlette.requests import ClientDisconnect, Request
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from kokoro_tts import metrics
 from kokoro_tts.audio.encoding import OffLoopEncoder
@@ -28,6 +28,15 @@ from kokoro_tts.engine.scheduler import Interrupted, unless
 from kokoro_tts.engine.synthesis import AudioChunk, SpeechRequest, TTSEngine
 
 log = logging.getLogger(__name__)
+
+
+def error_response(error: TTSError, body: dict[str, Any] | None = None) -> JSONResponse:
+    """The refusal as JSON, ``{"error": body}`` (the error's own fields unless a route words it in its dialect),
+    with its HTTP status and, when the client should come back, Retry-After."""
+    headers = {"Retry-After": str(error.retry_after_s)} if error.retry_after_s is not None else None
+    return JSONResponse(
+        {"error": error.to_dict() if body is None else body}, status_code=error.http_status, headers=headers
+    )
 
 
 class ClientGone(Exception):
