@@ -90,7 +90,7 @@ def tts_sessions(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
     import kokoro_tts.server.app
 
     counts = {"started": 0, "ended": 0}
-    base = kokoro_tts.server.app.BidiSession
+    base = kokoro_tts.server.app.Session
 
     class Counted(base):  # type: ignore[misc, valid-type]
         async def run(self) -> None:
@@ -100,7 +100,7 @@ def tts_sessions(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
             finally:
                 counts["ended"] += 1
 
-    monkeypatch.setattr(kokoro_tts.server.app, "BidiSession", Counted)
+    monkeypatch.setattr(kokoro_tts.server.app, "Session", Counted)
     return counts
 
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 from kokoro_client.deepgram import SPEAK_PATH
-from kokoro_tts.sessions.deepgram import DeepgramSession
+from kokoro_tts.sessions.deepgram import DeepgramDialect
 from support.inproc_server import RunningServer
 from support.ws_client import assert_synthesis_stopped
 from websockets.asyncio.client import ClientConnection, connect
@@ -220,7 +220,7 @@ async def test_shutdown_stops_the_session_with_an_error_and_1001(server: Running
         await ws.send(json.dumps({"type": "Flush"}))
         assert isinstance(await next_message(ws), bytes)
         # The server's drain (app.begin_shutdown) for this one session, with no grace: the sentence in flight ends.
-        [session] = [s for s in server.app.state.sessions if isinstance(s, DeepgramSession)]
+        [session] = [s for s in server.app.state.sessions if isinstance(s.dialect, DeepgramDialect)]
         loop = session._speaker.get_loop()
         await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(session.shutdown(0.0), loop))
         error, _, others = await until(ws, "Error", 30)

@@ -13,7 +13,7 @@ from typing import Any
 from hypercorn.asyncio import serve
 from hypercorn.config import Config
 from kokoro_tts.server import hypercorn_hardening
-from kokoro_tts.sessions.bidi import OVERSIZE_KEY
+from kokoro_tts.sessions.core import OVERSIZE_KEY
 
 KEEP_ALIVE_S = 4.0
 MAX_MESSAGE_BYTES = 1024

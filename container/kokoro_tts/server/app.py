@@ -1,7 +1,7 @@
 """The Starlette application: routes, and the model loaded in the background so /ping can say 503 meanwhile.
 
 A model that cannot load is fatal: one log line says why and how to fix it, and ``on_fatal`` (``serve`` passes
-one) stops the process; /ping never turns 200. On shutdown ``begin_shutdown`` drains the sessions (sessions/bidi.py).
+one) stops the process; /ping never turns 200. On shutdown ``begin_shutdown`` drains the sessions (sessions/core.py).
 """
 
 from __future__ import annotations
@@ -26,8 +26,9 @@ from kokoro_tts.routes import openai as openai_api
 from kokoro_tts.routes.captioned import CAPTIONED_PATH, captioned_speech
 from kokoro_tts.routes.sagemaker import health, invocations, ping
 from kokoro_tts.server.request_ids import RequestIds
-from kokoro_tts.sessions.bidi import BidiSession
-from kokoro_tts.sessions.deepgram import DeepgramSession
+from kokoro_tts.sessions.bidi import BidiDialect
+from kokoro_tts.sessions.core import Dialect, Session
+from kokoro_tts.sessions.deepgram import DeepgramDialect
 from kokoro_tts.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -39,17 +40,17 @@ def create_app(
     on_fatal: Callable[[str], None] | None = None,
 ) -> Starlette:
     settings = settings or Settings()
-    sessions: set[BidiSession] = set()
+    sessions: set[Session] = set()
 
     async def bidirectional_stream(websocket: WebSocket) -> None:
         # SageMaker forwards one path; Deepgram's query parameters (as Pipecat's SageMaker service sends them)
         # or ?protocol=deepgram select the Deepgram vocabulary on it.
-        await serve_session(websocket, DeepgramSession if selects_deepgram(websocket.query_params) else BidiSession)
+        await serve_session(websocket, DeepgramDialect if selects_deepgram(websocket.query_params) else BidiDialect)
 
     async def deepgram_speak(websocket: WebSocket) -> None:
-        await serve_session(websocket, DeepgramSession)
+        await serve_session(websocket, DeepgramDialect)
 
-    async def serve_session(websocket: WebSocket, kind: type[BidiSession]) -> None:
+    async def serve_session(websocket: WebSocket, dialect: Callable[[Session], Dialect]) -> None:
         if websocket.app.state.draining:
             await websocket.accept()  # accepted first, so that the client reads the code and the reason
             await websocket.close(code=CLOSE_GOING_AWAY, reason="shutting_down: the server is stopping")
@@ -67,7 +68,7 @@ def create_app(
                 code=CLOSE_TRY_AGAIN_LATER, reason=f"{error.code}: too many sessions; retry in a few seconds"
             )
             return
-        session = kind(websocket, engine)
+        session = Session(websocket, engine, dialect)
         sessions.add(session)
         try:
             await session.run()

@@ -44,7 +44,7 @@ from hypercorn.protocol.ws_stream import WebsocketBuffer
 from wsproto.events import Message
 from wsproto.extensions import PerMessageDeflate
 
-from kokoro_tts.sessions.bidi import OVERSIZE_KEY
+from kokoro_tts.sessions.core import OVERSIZE_KEY
 
 WRITTEN_FOR = "0.18"  # the Hypercorn minor release whose private parts these fixes replace
 SEND_TIMEOUT_S = 60.0  # longest wait for a client to make room for the next bytes (read at each send)

@@ -2,7 +2,7 @@
 
 HTTP: ``request_id``, the client's ``X-Request-Id`` when it sent a sane one, else a new one; it goes back in the
 response's ``X-Request-Id`` header, which Hypercorn's access line reads too. WebSocket: ``session_id`` (the
-session's utterances add ``utterance_id`` where they are spoken, sessions/bidi.py).
+session's utterances add ``utterance_id`` where they are spoken, sessions/core.py).
 """
 
 from __future__ import annotations

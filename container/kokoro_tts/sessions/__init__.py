@@ -1,1 +1,1 @@
-"""The WebSocket front doors: the bidirectional session and its Deepgram dialect."""
+"""The WebSocket front doors: the session core and the dialects it speaks (our protocol v1, Deepgram's)."""

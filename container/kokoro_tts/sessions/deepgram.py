@@ -1,6 +1,7 @@
-"""WS /v1/speak, and the session path with Deepgram's query: Deepgram's TTS WebSocket on the session machinery.
+"""WS /v1/speak, and the session path with Deepgram's query: Deepgram's TTS WebSocket as a dialect of the session
+core (sessions/core.py).
 
-The vocabulary is kokoro_client.deepgram's; everything else is BidiSession's (sessions/bidi.py): one speaker task per
+The vocabulary is kokoro_client.deepgram's; everything else is the session core's: one speaker task per
 session speaks queued utterances in order, the same caps (text, queue, message size, server-wide waiting), the same
 end when the client vanishes, the same drain on shutdown. What differs:
 - Speak text goes through the sentence chunker (kokoro_client.chunker), so a client may send an LLM's tokens as
@@ -20,9 +21,8 @@ from __future__ import annotations
 
 import itertools
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from kokoro_client.chunker import IncrementalSentenceChunker
 from kokoro_client.deepgram import (
@@ -43,11 +43,11 @@ from kokoro_client.deepgram import (
     parse_command,
 )
 from kokoro_client.errors import ErrorCode, TTSError, quoted
-from kokoro_client.protocol import CLOSE_GOING_AWAY, SynthesisComplete
+from kokoro_client.protocol import WordTiming
 
 from kokoro_tts.audio.encoding import AudioFormat, audio_format, output_rate
 from kokoro_tts.engine.synthesis import TTSEngine
-from kokoro_tts.sessions.bidi import BidiSession, Utterance
+from kokoro_tts.sessions.core import Session, Spoken, Utterance
 
 MODEL_VERSION = "kokoro-82m-v1.0"
 
@@ -106,25 +106,31 @@ class _Sentence(Utterance):
     after: list[Flushed | Cleared] = field(default_factory=list)
 
 
-class DeepgramSession(BidiSession):
-    def __init__(self, websocket: Any, engine: TTSEngine) -> None:
-        super().__init__(websocket, engine)
-        self._route = "deepgram"  # on its own path or selected on SageMaker's
+class DeepgramDialect:
+    """Deepgram's messages on a session (sessions/core.py's ``Dialect``)."""
+
+    def __init__(self, session: Session) -> None:
+        self._session = session
         self._chunker = IncrementalSentenceChunker()
+        self._ids = itertools.count(1)
         self._sequence = itertools.count()  # one count over Flush and Clear: each answer names its own
         self._options: SpeakOptions | None = None
+
+    @property
+    def route(self) -> str:
+        return "deepgram"  # on its own path or selected on SageMaker's
 
     @property
     def options(self) -> SpeakOptions:
         assert self._options is not None, "used before the session opened"
         return self._options
 
-    async def _opened(self) -> bool:
+    async def opened(self) -> bool:
         try:
-            self._options = SpeakOptions.from_query(self._ws.query_params, self._engine)
+            self._options = SpeakOptions.from_query(self._session.query_params, self._session.engine)
         except TTSError as error:
             await self._send(ErrorMessage.of(error))
-            await self._ws.close(CLOSE_INVALID_PARAMETERS, reason=f"{error.code}: bad query parameters")
+            await self._session.close(CLOSE_INVALID_PARAMETERS, reason=f"{error.code}: bad query parameters")
             return False
         name = f"kokoro-82m:{self.options.voice}"
         await self._send(Metadata(str(uuid.uuid4()), name, MODEL_VERSION, str(uuid.uuid5(uuid.NAMESPACE_URL, name))))
@@ -132,11 +138,9 @@ class DeepgramSession(BidiSession):
 
     # --- receiving -------------------------------------------------------------------------------------------
 
-    def _parse(self, raw: str | bytes) -> Any:
-        return parse_command(raw, self._settings.max_message_bytes)
-
-    async def _handle(self, command: Any) -> None:
-        if self._closing and isinstance(command, Speak | Flush):
+    async def received(self, raw: str | bytes) -> None:
+        command = parse_command(raw, self._session.settings.max_message_bytes)
+        if self._session.closing and isinstance(command, Speak | Flush):
             raise TTSError(ErrorCode.INVALID_MESSAGE, "The session is closing: it takes no new text after Close.")
         match command:
             case Speak(text=text):
@@ -146,28 +150,29 @@ class DeepgramSession(BidiSession):
             case Clear():
                 await self._clear()
             case Close():
-                if not self._closing:
+                if not self._session.closing:
                     await self._queue_rest()
-                    self._closing = True
-                    self._wakeup.set()
+                    self._session.close_when_spoken()
 
     async def _take_text(self, text: object) -> None:
         if not isinstance(text, str):
             raise TTSError(ErrorCode.INVALID_TEXT, f"'text' must be a string, not {type(text).__name__}.")
-        if self._draining:
+        if self._session.draining:
             raise TTSError(ErrorCode.SHUTTING_DOWN, "The server is shutting down; send this to another instance.")
-        limit = self._settings.max_text_chars
+        settings = self._session.settings
+        limit = settings.max_text_chars
         if self._chunker.pending_chars + len(text) > limit:
             raise TTSError(
                 ErrorCode.TEXT_TOO_LONG,
                 f"At most {limit} characters may wait for a sentence end; this Speak would make "
                 f"{self._chunker.pending_chars + len(text)}. End sentences, or send a Flush.",
             )
-        room = self._settings.max_queued_utterances - len(self._queue)
+        queued = len(self._session.queued)
+        room = settings.max_queued_utterances - queued
         if room <= 0:
             raise TTSError(
                 ErrorCode.QUEUE_FULL,
-                f"{len(self._queue)} sentences are already queued (the limit); wait for a Flushed before sending more.",
+                f"{queued} sentences are already queued (the limit); wait for a Flushed before sending more.",
             )
         sentences = self._chunker.feed(text)
         if len(sentences) > room:  # one Speak holding many sentences: the last utterance takes the overflow
@@ -177,12 +182,11 @@ class DeepgramSession(BidiSession):
 
     async def _queue_sentence(self, text: str) -> None:
         try:
-            request = self._engine.request(text, self.options.voice, self.options.speed)
+            request = self._session.engine.request(text, self.options.voice, self.options.speed)
         except TTSError as error:  # this sentence only (emoji alone, say): the rest is still spoken
-            await self._send_error(error)
+            await self.refused(error)
             return
-        self._queue.append(_Sentence(f"s{next(self._ids)}", request, self.options.format, self.options.sample_rate))
-        self._wakeup.set()
+        self._session.enqueue(_Sentence(f"s{next(self._ids)}", request, self.options.format, self.options.sample_rate))
 
     async def _queue_rest(self) -> None:
         if rest := self._chunker.flush():
@@ -191,7 +195,8 @@ class DeepgramSession(BidiSession):
     async def _flush(self) -> None:
         answer = Flushed(next(self._sequence))
         await self._queue_rest()
-        last = self._queue[-1] if self._queue else self._in_flight
+        queued = self._session.queued
+        last = queued[-1] if queued else self._session.in_flight
         if isinstance(last, _Sentence):
             last.after.append(answer)
         else:
@@ -200,46 +205,45 @@ class DeepgramSession(BidiSession):
     async def _clear(self) -> None:
         answer = Cleared(next(self._sequence))
         self._chunker.flush()
-        self._queue.clear()
-        in_flight = self._in_flight
+        in_flight = self._session.in_flight
+        self._session.clear()  # the speaker stops waiting for its next window at once, then sends the answer
         if isinstance(in_flight, _Sentence):
-            in_flight.cancel()  # the speaker stops waiting for its next window at once, then sends the answer
             kept: list[Flushed | Cleared] = [m for m in in_flight.after if isinstance(m, Cleared)]
             in_flight.after = [*kept, answer]
         else:
             await self._send(answer)
 
-    # --- speaking: audio frames only; the answers wait for the audio before them -------------------------------
+    # --- the session's events: audio frames only; the answers wait for the audio before them -------------------
 
-    async def _started(self, utterance: Utterance) -> None:
+    async def refused(self, error: TTSError, utterance_id: str | None = None) -> None:
+        await self._send(WarningMessage.of(error))
+
+    async def started(self, utterance: Utterance) -> None:
         pass
 
-    async def _completed(self, utterance: Utterance, complete: SynthesisComplete) -> None:
+    async def words(self, utterance: Utterance, words: tuple[WordTiming, ...]) -> None:
         pass
 
-    async def _stopped(self, utterance: Utterance) -> None:
+    async def audio(self, utterance: Utterance, data: bytes) -> None:
+        await self._session.send_bytes(data)
+
+    async def completed(self, utterance: Utterance, spoken: Spoken) -> None:
         pass
 
-    async def _finished(self, utterance: Utterance) -> None:
+    async def stopped(self, utterance: Utterance) -> None:
+        pass
+
+    async def finished(self, utterance: Utterance) -> None:
         if isinstance(utterance, _Sentence):
             for answer in list(utterance.after):
                 await self._send(answer)
 
-    async def _end_for_shutdown(self, stopped: list[Utterance]) -> None:
-        if stopped or self._queue or self._chunker.pending_chars:
+    async def shutting_down(self, unfinished: Sequence[Utterance]) -> None:
+        if unfinished or self._chunker.pending_chars:
             error = TTSError(
                 ErrorCode.SHUTTING_DOWN, "The server is shutting down; the text not yet spoken is dropped."
             )
             await self._send(ErrorMessage.of(error))
-        self._queue.clear()
-        await self._close(CLOSE_GOING_AWAY)
-
-    # --- sending ---------------------------------------------------------------------------------------------
-
-    async def _send_error(self, error: TTSError, utterance_id: str | None = None) -> None:
-        await self._send(WarningMessage.of(error))
 
     async def _send(self, message: ServerMessage) -> None:
-        text = encode(message)
-        async with self._send_lock:
-            await self._ws.send_text(text)
+        await self._session.send_text(encode(message))

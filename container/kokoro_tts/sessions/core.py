@@ -1,0 +1,387 @@
+"""The session core every WebSocket wire protocol shares, and the interface of the dialect that speaks one.
+
+A ``Session`` holds one client's queue of utterances and speaks them strictly in order: two tasks, a receiver that
+hands each incoming message to the dialect and a speaker that synthesizes the queue; cancel, close-when-spoken,
+the send lock, the end when the client vanishes and the drain on shutdown. It knows no wire protocol's frames: a
+``Dialect`` (sessions/bidi.py, sessions/deepgram.py) turns messages into calls on the session's public methods and
+renders the session's events (audio, an utterance done or stopped, a refusal, a shutdown) into its own frames.
+The receiver keeps reading after a close, so a client that vanishes while its queue is spoken stops that work at
+once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from contextlib import aclosing
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from kokoro_client.errors import INTERNAL_ERROR_MESSAGE, ErrorCode, TTSError
+from kokoro_client.logs import bind_ids
+from kokoro_client.protocol import CLOSE_GOING_AWAY, CLOSE_NORMAL, WordTiming
+from starlette.websockets import WebSocket, WebSocketDisconnect
+
+from kokoro_tts import metrics
+from kokoro_tts.audio.encoding import AudioFormat, off_loop_encoder
+from kokoro_tts.engine.scheduler import Interrupted, unless
+from kokoro_tts.engine.synthesis import SpeechRequest, TTSEngine
+from kokoro_tts.settings import Settings
+
+# The ASGI receive message key the server sets (server/hypercorn_hardening.py) on a frame over the size limit
+# it dropped: the session answers message_too_large and goes on.
+OVERSIZE_KEY = "kokoro.oversize_bytes"
+
+# The name the session's lines have always been logged under (log queries and tests filter on it), for every dialect.
+log = logging.getLogger("kokoro_tts.sessions.bidi")
+
+
+@dataclass
+class Utterance:
+    id: str
+    request: SpeechRequest
+    format: AudioFormat
+    sample_rate: int
+    word_timestamps: bool = False
+    cancelled: bool = False
+    received: float = field(default_factory=time.perf_counter)  # when its message arrived
+    stopping: asyncio.Event = field(default_factory=asyncio.Event)  # set with ``cancelled``: wakes the speaker
+
+    def cancel(self) -> None:
+        self.cancelled = True
+        self.stopping.set()
+
+
+@dataclass(frozen=True)
+class Spoken:
+    """An utterance spoken to its end: its audio's length, the synthesis time, and the bytes sent."""
+
+    audio_ms: float
+    synth_ms: float
+    sent_bytes: int
+
+
+class Dialect(Protocol):
+    """One wire protocol on a ``Session``: made with the session (``dialect(session)``), it calls only the session's
+    public methods. The session calls these, each awaited before the session goes on."""
+
+    @property
+    def route(self) -> str:
+        """The route label its metrics carry."""
+        ...
+
+    async def opened(self) -> bool:
+        """The socket is accepted; False ends the session (the dialect has closed the socket)."""
+        ...
+
+    async def received(self, raw: str | bytes) -> None:
+        """One client message. A ``TTSError`` raised here is answered with ``refused`` and the session goes on."""
+        ...
+
+    async def refused(self, error: TTSError, utterance_id: str | None = None) -> None:
+        """A message, or an utterance's synthesis, failed with ``error``."""
+        ...
+
+    async def started(self, utterance: Utterance) -> None:
+        """``utterance``'s first audio is about to be sent."""
+        ...
+
+    async def words(self, utterance: Utterance, words: tuple[WordTiming, ...]) -> None:
+        """The words whose audio starts in the next ``audio`` (only for an utterance with ``word_timestamps``)."""
+        ...
+
+    async def audio(self, utterance: Utterance, data: bytes) -> None:
+        """Encoded audio of ``utterance``, in order."""
+        ...
+
+    async def completed(self, utterance: Utterance, spoken: Spoken) -> None:
+        """``utterance`` was spoken to its end."""
+        ...
+
+    async def stopped(self, utterance: Utterance) -> None:
+        """A cancel stopped ``utterance`` in flight."""
+        ...
+
+    async def finished(self, utterance: Utterance) -> None:
+        """After each utterance the speaker took, however it ended (spoken, failed, stopped)."""
+        ...
+
+    async def shutting_down(self, unfinished: Sequence[Utterance]) -> None:
+        """The server is stopping with ``unfinished`` (stopped in flight, then queued) not spoken; the session then
+        drops its queue and closes with 1001."""
+        ...
+
+
+class Session:
+    """One client's WebSocket session, speaking the wire protocol of the dialect it is made with."""
+
+    def __init__(self, websocket: WebSocket, engine: TTSEngine, dialect: Callable[[Session], Dialect]) -> None:
+        self._ws = websocket
+        self._engine = engine
+        self._queue: deque[Utterance] = deque()
+        self._wakeup = asyncio.Event()
+        self._closing = False
+        self._in_flight: Utterance | None = None
+        self._send_lock = asyncio.Lock()
+
+        self._draining = False
+        # When the audio sent so far will have finished playing (loop time): a sentence queued while earlier ones
+        # still play is not needed now, so it yields to other clients' first audio (HTTP batch replies included,
+        # which would otherwise wait behind every sentence of every session and time out).
+        self._played_until = 0.0
+        self._speaker: asyncio.Task[None] | None = None
+        self._dialect = dialect(self)
+        self._route = self._dialect.route
+
+    # --- what a dialect reads ----------------------------------------------------------------------------------
+
+    @property
+    def dialect(self) -> Dialect:
+        return self._dialect
+
+    @property
+    def engine(self) -> TTSEngine:
+        return self._engine
+
+    @property
+    def settings(self) -> Settings:
+        return self._engine.settings
+
+    @property
+    def path(self) -> str:
+        path: str = self._ws.scope.get("path", "")
+        return path
+
+    @property
+    def query_params(self) -> Mapping[str, str]:
+        return self._ws.query_params
+
+    @property
+    def route(self) -> str:
+        return self._route
+
+    @property
+    def queued(self) -> Sequence[Utterance]:
+        """The utterances waiting to be spoken, in order (a copy)."""
+        return tuple(self._queue)
+
+    @property
+    def in_flight(self) -> Utterance | None:
+        return self._in_flight
+
+    @property
+    def closing(self) -> bool:
+        """The client asked to close: no new utterances, the queue is spoken, then the socket closes."""
+        return self._closing
+
+    @property
+    def draining(self) -> bool:
+        """The server is shutting down: no new utterances."""
+        return self._draining
+
+    # --- what a dialect does -----------------------------------------------------------------------------------
+
+    def enqueue(self, utterance: Utterance) -> None:
+        """Queues ``utterance`` to be spoken after those before it (the dialect checks the caps first)."""
+        self._queue.append(utterance)
+        self._wakeup.set()
+
+    def cancel(self, target: str | None) -> list[str]:
+        """Drops matching queued utterances (returned, each counted as cancelled) and stops a matching one in
+        flight (``stopped`` follows); None matches every one."""
+        dropped = [u for u in self._queue if target is None or u.id == target]
+        for utterance in dropped:
+            self._queue.remove(utterance)
+            metrics.utterance_cancelled(self._route)
+        in_flight = self._in_flight
+        if in_flight is not None and (target is None or in_flight.id == target):
+            in_flight.cancel()  # the speaker stops waiting for its next chunk at once and reports it
+        return [u.id for u in dropped]
+
+    def clear(self) -> None:
+        """Drops the whole queue (not counted as cancelled, as a shutdown's drop) and stops the utterance in
+        flight, if any."""
+        self._queue.clear()
+        if self._in_flight is not None:
+            self._in_flight.cancel()
+
+    def close_when_spoken(self) -> None:
+        """Takes no new utterances; once the queue is spoken the socket closes with 1000."""
+        self._closing = True
+        self._wakeup.set()
+
+    async def send_text(self, text: str) -> None:
+        async with self._send_lock:
+            await self._ws.send_text(text)
+
+    async def send_bytes(self, data: bytes) -> None:
+        async with self._send_lock:
+            await self._ws.send_bytes(data)
+
+    async def close(self, code: int, reason: str | None = None) -> None:
+        async with self._send_lock:
+            await self._ws.close(code, reason)
+
+    # --- the session's life ------------------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        await self._ws.accept()
+        log.info("session opened")
+        if not await self._dialect.opened():
+            return
+        self._speaker = asyncio.create_task(self._speak())
+        try:
+            await self._receive()
+        except WebSocketDisconnect:
+            pass
+        finally:
+            self._speaker.cancel()  # the client left: stop synthesis, drop what is queued
+            await asyncio.gather(self._speaker, return_exceptions=True)
+            log.info("session closed")
+
+    async def shutdown(self, grace_s: float) -> None:
+        """The server is stopping: refuse new utterances, let the one in flight finish within ``grace_s`` (else stop
+        it), tell the dialect what is left unspoken, and close with 1001."""
+        self._draining = True
+        self._wakeup.set()
+        speaker = self._speaker
+        if speaker is None or speaker.done():
+            return
+        try:
+            await asyncio.wait_for(asyncio.shield(speaker), grace_s)
+            return
+        except TimeoutError:
+            stopped = [self._in_flight] if self._in_flight is not None else []
+            speaker.cancel()
+            await asyncio.gather(speaker, return_exceptions=True)
+        with contextlib.suppress(Exception):  # the client may be gone already
+            await self._end_for_shutdown(stopped)
+
+    # --- receiving -------------------------------------------------------------------------------------------
+
+    async def _receive(self) -> None:
+        while True:  # until the client leaves, also after a close: its queue is dropped the moment it vanishes
+            message = await self._ws.receive()
+            if message["type"] == "websocket.disconnect":
+                raise WebSocketDisconnect(message.get("code", 1000))
+            raw = message.get("bytes")
+            if raw is None:
+                raw = message.get("text") or ""
+            try:
+                if oversize := message.get(OVERSIZE_KEY):
+                    raise TTSError(
+                        ErrorCode.MESSAGE_TOO_LARGE,
+                        f"The message has {oversize} bytes; the limit is {self.settings.max_message_bytes}.",
+                    )
+                await self._dialect.received(raw)
+            except TTSError as error:
+                await self._dialect.refused(error)
+            except Exception:
+                log.exception("unexpected failure handling a client message")
+                await self._dialect.refused(TTSError(ErrorCode.INTERNAL_ERROR, INTERNAL_ERROR_MESSAGE))
+
+    # --- speaking --------------------------------------------------------------------------------------------
+
+    async def _speak(self) -> None:
+        while True:
+            if self._draining:
+                await self._end_for_shutdown([])
+                return
+            while not self._queue:
+                if self._closing:
+                    await self.close(CLOSE_NORMAL)
+                    return
+                if self._draining:
+                    break
+                self._wakeup.clear()
+                await self._wakeup.wait()
+            if not self._queue:
+                continue
+            utterance = self._queue.popleft()
+            self._in_flight = utterance
+            try:
+                await self._speak_one(utterance)
+            finally:
+                self._in_flight = None
+            await self._dialect.finished(utterance)
+
+    async def _speak_one(self, utterance: Utterance) -> None:
+        bind_ids(utterance_id=utterance.id)
+        try:
+            await self._speak_one_counted(utterance)
+        except asyncio.CancelledError:  # the client left, or the server stopped it
+            metrics.utterance_cancelled(self._route)
+            raise
+
+    async def _speak_one_counted(self, utterance: Utterance) -> None:
+        encoder = off_loop_encoder(utterance.format, utterance.sample_rate)
+        sent_bytes, audio_ms, synth_ms, started, first_audio_s = 0, 0.0, 0.0, False, None
+        loop = asyncio.get_running_loop()
+        async with aclosing(self._engine.stream(utterance.request, due=self._played_until)) as stream:
+            while not utterance.cancelled:
+                try:
+                    if started:
+                        chunk = await _unless_stopped(anext(stream, None), utterance)
+                    else:
+                        with self._engine.waiting.hold():  # server_busy rather than a wait behind every session
+                            chunk = await _unless_stopped(anext(stream, None), utterance)
+                except TTSError as error:
+                    await self._dialect.refused(error, utterance.id)
+                    return
+                except Exception:
+                    log.exception("synthesis failed for utterance %s", utterance.id)
+                    await self._dialect.refused(
+                        TTSError(ErrorCode.INTERNAL_ERROR, INTERNAL_ERROR_MESSAGE), utterance.id
+                    )
+                    return
+                if chunk is None or utterance.cancelled:
+                    break
+                if not started:
+                    first_audio_s = time.perf_counter() - utterance.received
+                    metrics.first_audio(self._route, first_audio_s)
+                    await self._dialect.started(utterance)
+                    started = True
+                if utterance.word_timestamps and chunk.words:
+                    await self._dialect.words(utterance, chunk.words)
+                data = await encoder.encode(chunk.pcm)
+                if data:
+                    await self._dialect.audio(utterance, data)
+                self._played_until = max(self._played_until, loop.time()) + chunk.audio_ms / 1000.0
+                sent_bytes += len(data)
+                audio_ms += chunk.audio_ms
+                synth_ms += chunk.synth_ms
+        metrics.audio_sent(self._route, audio_ms)
+        if utterance.cancelled:
+            metrics.utterance_cancelled(self._route)
+            await self._dialect.stopped(utterance)
+            return
+        if not started:
+            await self._dialect.refused(
+                TTSError(ErrorCode.NOTHING_TO_SPEAK, "The text has nothing that can be spoken in this voice."),
+                utterance.id,
+            )
+            return
+        tail = await encoder.finish()
+        if tail:
+            await self._dialect.audio(utterance, tail)
+            sent_bytes += len(tail)
+        metrics.utterance_completed(self._route, audio_ms, synth_ms, first_audio_s)
+        await self._dialect.completed(utterance, Spoken(audio_ms, synth_ms, sent_bytes))
+
+    async def _end_for_shutdown(self, stopped: list[Utterance]) -> None:
+        await self._dialect.shutting_down([*stopped, *self._queue])
+        self._queue.clear()
+        await self.close(CLOSE_GOING_AWAY)
+
+
+async def _unless_stopped[T](step: Awaitable[T], utterance: Utterance) -> T | None:
+    """``step``'s result, or None as soon as ``utterance`` is cancelled: a cancel does not wait for the window being
+    made (nor for one still queued behind other sessions' work)."""
+    try:
+        return await unless(step, utterance.stopping.wait())
+    except Interrupted:
+        return None
