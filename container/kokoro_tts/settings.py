@@ -58,7 +58,7 @@ class Settings:
     # Largest WebSocket message or HTTP body accepted, in bytes.
     max_message_bytes: int = field(default_factory=lambda: _env_int("KOKORO_MAX_MESSAGE_BYTES", 64 * 1024))
     # Inference jobs run side by side when several wait; 0: the backend chooses (onnx on a CPU: one per core, a job
-    # alone using every core; a GPU: one). backends/threads.py says why.
+    # alone using every core; a GPU: one). backends/ort_sessions.py says why.
     workers: int = field(default_factory=lambda: _env_int("KOKORO_WORKERS", 0))
     # Threads inside one inference job (onnxruntime intra-op); 0 lets the backend choose.
     threads: int = field(default_factory=lambda: _env_int("KOKORO_THREADS", 0))
