@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from kokoro_client.session import TransportCode
+
 Event = dict[str, Any]
 
 
@@ -28,12 +30,7 @@ class ErrorCode(StrEnum):
     MODEL_UNAVAILABLE = "model_unavailable"  # the configured model cannot be built (missing package, bad config)
     LLM_FAILED = "llm_failed"  # the LLM stream raised
     LLM_TIMEOUT = "llm_timeout"  # no token for llm_idle_timeout_s
-    # The TTS server
-    TTS_UNAVAILABLE = "tts_unavailable"  # no session / no answer: the server is down or not ready
-    TTS_BUSY = "tts_busy"  # the server refused the work with server_busy (still so after tts_busy_retry_s of retries)
-    TTS_SESSION_DROPPED = "tts_session_dropped"  # the session or response stream was lost mid-reply
-    TTS_ERROR = "tts_error"  # the server refused (its own code is in ``tts_code``)
-    TTS_TIMEOUT = "tts_timeout"  # no audio for tts_idle_timeout_s while a sentence was waiting
+    # The TTS server's codes are kokoro_client's TransportCode: the clients raise them, the agent passes them on.
     INTERNAL_ERROR = "internal_error"
 
 
@@ -79,7 +76,7 @@ class Events:
     def agent_end(self, metrics: Metrics) -> Event:
         return self._event("agent_end", metrics=metrics.as_dict(self.clock.ms()))
 
-    def error(self, code: ErrorCode | str, message: str, **extra: Any) -> Event:
+    def error(self, code: ErrorCode | TransportCode, message: str, **extra: Any) -> Event:
         return self._event("error", code=str(code), message=message, **{k: v for k, v in extra.items() if v})
 
 

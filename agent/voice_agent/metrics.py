@@ -8,6 +8,7 @@ nothing runs ``opentelemetry-instrument``) the spans are no-ops and nothing is e
 
 from __future__ import annotations
 
+from kokoro_client.session import TransportCode
 from opentelemetry import trace
 from opentelemetry.trace import Span, Status, StatusCode
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -17,7 +18,7 @@ from prometheus_client.process_collector import ProcessCollector
 from starlette.requests import Request
 from starlette.responses import Response
 
-from .events import ErrorCode, Event
+from .events import Event
 
 REGISTRY = CollectorRegistry()
 ProcessCollector(registry=REGISTRY)
@@ -105,7 +106,7 @@ class Reply:
         elif kind == "error":
             self.outcome = "error"
             ERRORS.labels(event["code"]).inc()
-            if event["code"] == ErrorCode.TTS_SESSION_DROPPED:
+            if event["code"] == TransportCode.TTS_SESSION_DROPPED:
                 TTS_SESSION_DROPS.inc()
             self.span.set_attribute("voice_agent.error_code", event["code"])
             self.span.set_status(Status(StatusCode.ERROR, event["code"]))

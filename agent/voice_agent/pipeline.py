@@ -9,8 +9,8 @@ still writing the rest.
 streams (the server still sends each chunk's audio as soon as it exists).
 
 Both are async generators: closing one (the caller left) cancels its tasks, which stops the LLM stream, and
-closes the TTS session. Every failure ends the stream with one ``error`` event (events.ErrorCode); every wait
-has a timeout.
+closes the TTS session. Every failure ends the stream with one ``error`` event (events.ErrorCode, or the TTS
+transport's kokoro_client.session.TransportCode); every wait has a timeout.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from kokoro_client.session import (
     BatchTTS,
     ControlEvent,
     SessionOptions,
+    TransportCode,
     TTSSession,
     TTSTransport,
     TTSTransportError,
@@ -72,17 +73,13 @@ class PipelineOptions:
 class _Fail(Exception):
     """Ends the reply with an error event."""
 
-    def __init__(self, code: ErrorCode, message: str, tts_code: str | None = None) -> None:
+    def __init__(self, code: ErrorCode | TransportCode, message: str, tts_code: str | None = None) -> None:
         super().__init__(message)
         self.code, self.message, self.tts_code = code, message, tts_code
 
     @classmethod
     def from_transport(cls, exc: TTSTransportError) -> _Fail:
-        try:
-            code = ErrorCode(exc.code)
-        except ValueError:
-            code = ErrorCode.TTS_ERROR
-        return cls(code, exc.message, exc.tts_code)
+        return cls(exc.code, exc.message, exc.tts_code)
 
 
 @dataclass(frozen=True)
@@ -234,7 +231,7 @@ class _Bidi:
             except TTSTransportError as exc:
                 raise _Fail.from_transport(exc) from exc
             except Exception as exc:
-                raise _Fail(ErrorCode.TTS_SESSION_DROPPED, f"sending sentence {index} failed: {exc!r}") from exc
+                raise _Fail(TransportCode.TTS_SESSION_DROPPED, f"sending sentence {index} failed: {exc!r}") from exc
             self.sent += 1
             self._arm()
         try:
@@ -255,12 +252,12 @@ class _Bidi:
                 self.session = await self.transport.open_session(options.session)
         except TimeoutError:
             raise _Fail(
-                ErrorCode.TTS_UNAVAILABLE, f"no TTS session within {options.tts_connect_timeout_s:g} s"
+                TransportCode.TTS_UNAVAILABLE, f"no TTS session within {options.tts_connect_timeout_s:g} s"
             ) from None
         except TTSTransportError as exc:
             raise _Fail.from_transport(exc) from exc
         except Exception as exc:
-            raise _Fail(ErrorCode.TTS_UNAVAILABLE, f"cannot open a TTS session: {exc!r}") from exc
+            raise _Fail(TransportCode.TTS_UNAVAILABLE, f"cannot open a TTS session: {exc!r}") from exc
         self.ready.set()
         stream = aiter(self.session.events())
         try:
@@ -272,7 +269,7 @@ class _Bidi:
                     await aclose()
         if not self.finished or len(self.completed) < self.total:
             raise _Fail(
-                ErrorCode.TTS_SESSION_DROPPED,
+                TransportCode.TTS_SESSION_DROPPED,
                 f"the TTS session ended after {len(self.completed)} of {self.total} sentences",
             )
 
@@ -286,14 +283,14 @@ class _Bidi:
                     event = await anext(stream, None)
             except TimeoutError:
                 raise _Fail(
-                    ErrorCode.TTS_TIMEOUT,
+                    TransportCode.TTS_TIMEOUT,
                     f"no audio for {options.tts_idle_timeout_s:g} s "
                     f"({len(self.completed)} of {self.sent} sentences spoken)",
                 ) from None
             except TTSTransportError as exc:
                 raise _Fail.from_transport(exc) from exc
             except Exception as exc:
-                raise _Fail(ErrorCode.TTS_SESSION_DROPPED, f"the TTS session failed: {exc!r}") from exc
+                raise _Fail(TransportCode.TTS_SESSION_DROPPED, f"the TTS session failed: {exc!r}") from exc
             finally:
                 self.timer = None
             if event is None:
@@ -302,7 +299,7 @@ class _Bidi:
                 try:
                     start = reader.audio(event.data)
                 except TTSError as exc:
-                    raise _Fail(ErrorCode.TTS_ERROR, exc.message) from None
+                    raise _Fail(TransportCode.TTS_ERROR, exc.message) from None
                 await self.run.post(events.audio_chunk(event.data, start.format, start.sample_rate, current, seq))
                 seq += 1
                 continue
@@ -311,7 +308,7 @@ class _Bidi:
             except TTSError as exc:
                 if exc.code == TTSErrorCode.UNKNOWN_TYPE:
                     continue  # a frame type from a later protocol version: nothing this reader needs
-                raise _Fail(ErrorCode.TTS_ERROR, exc.message) from None
+                raise _Fail(TransportCode.TTS_ERROR, exc.message) from None
             match frame:
                 case SynthesisStart():
                     current = self._index(frame.id)
@@ -330,14 +327,16 @@ class _Bidi:
                         continue
                     where = f"sentence {failed}" if failed is not None else "the session"
                     # server_busy mid-reply is not retried: the sentences after it are queued already, in order.
-                    code = ErrorCode.TTS_BUSY if frame.code == TTSErrorCode.SERVER_BUSY else ErrorCode.TTS_ERROR
+                    code = TransportCode.TTS_BUSY if frame.code == TTSErrorCode.SERVER_BUSY else TransportCode.TTS_ERROR
                     raise _Fail(code, f"the TTS server refused {where}: {frame.message}", frame.code)
 
     def _index(self, utterance_id: str) -> int:
         try:
             return int(str(utterance_id))
         except ValueError:
-            raise _Fail(ErrorCode.TTS_ERROR, f"unknown utterance id from the TTS server: {utterance_id!r}") from None
+            raise _Fail(
+                TransportCode.TTS_ERROR, f"unknown utterance id from the TTS server: {utterance_id!r}"
+            ) from None
 
 
 async def run_bidi(
@@ -385,9 +384,9 @@ async def _batch(run: _Run, source: TextSource, batch: BatchTTS) -> None:
             break
         except TTSTransportError as exc:
             await _aclose(stream)
-            wait = retry.wait_s(exc.retry_after_s) if exc.code == ErrorCode.TTS_BUSY else None
+            wait = retry.wait_s(exc.retry_after_s) if exc.code == TransportCode.TTS_BUSY else None
             if wait is None:
-                if exc.code == ErrorCode.TTS_BUSY and retry.tries > 1:
+                if exc.code == TransportCode.TTS_BUSY and retry.tries > 1:
                     exc.message += f" (still busy after {retry.tries} tries in {retry.elapsed_s():.1f} s)"
                 raise _Fail.from_transport(exc) from exc
             log.info("the TTS server is busy; trying again in %.1f s (try %d)", wait, retry.tries + 1)
@@ -417,7 +416,7 @@ async def _batch(run: _Run, source: TextSource, batch: BatchTTS) -> None:
     finally:
         await _aclose(stream)
     if n_bytes == 0:
-        raise _Fail(ErrorCode.TTS_ERROR, "the TTS server answered with no audio")
+        raise _Fail(TransportCode.TTS_ERROR, "the TTS server answered with no audio")
     await run.post(events.sentence_complete(0, length.ms()))
 
 
@@ -427,11 +426,11 @@ async def _read_batch(stream: AsyncIterator[bytes], options: PipelineOptions) ->
         async with asyncio.timeout(options.tts_idle_timeout_s):
             return await anext(stream, None)
     except TimeoutError:
-        raise _Fail(ErrorCode.TTS_TIMEOUT, f"no audio for {options.tts_idle_timeout_s:g} s") from None
+        raise _Fail(TransportCode.TTS_TIMEOUT, f"no audio for {options.tts_idle_timeout_s:g} s") from None
     except TTSTransportError:
         raise
     except Exception as exc:
-        raise _Fail(ErrorCode.TTS_SESSION_DROPPED, f"the TTS response failed: {exc!r}") from exc
+        raise _Fail(TransportCode.TTS_SESSION_DROPPED, f"the TTS response failed: {exc!r}") from exc
 
 
 async def _aclose(stream: AsyncIterator[bytes]) -> None:

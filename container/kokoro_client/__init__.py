@@ -10,7 +10,8 @@ it, and it imports neither. docs/protocol.md is the prose of these modules.
 - ``deepgram``: the Deepgram-compatible session's messages (``/v1/speak``: Speak/Flush/Clear/Close, Flushed/Cleared).
 - ``chunker``: ``IncrementalSentenceChunker``, the sentence rules the server and the agent share.
 - ``utterances``: ``UtteranceReader``, the rule that audio belongs to the last ``synthesis_start``.
-- ``session``: the ``TTSTransport``/``TTSSession`` interface; one module per transport: ``local_ws`` (a WebSocket
+- ``session``: the ``TTSTransport``/``TTSSession`` interface, and ``TransportCode`` (the codes of the
+  ``TTSTransportError`` every transport raises); one module per transport: ``local_ws`` (a WebSocket
   to the container), ``sagemaker_bidi`` (InvokeEndpointWithBidirectionalStream over HTTP/2), ``http_batch`` and
   ``sagemaker_batch`` (the whole text in one request). Transports are imported where chosen, so an unused SDK is
   never loaded.

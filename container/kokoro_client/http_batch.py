@@ -13,7 +13,7 @@ from typing import Any
 
 import httpx
 
-from .session import SessionOptions, TTSTransportError
+from .session import SessionOptions, TransportCode, TTSTransportError
 
 
 def request_body(text: str, options: SessionOptions) -> dict[str, Any]:
@@ -36,11 +36,15 @@ def error_from_response(status: int, body: bytes, retry_after: str | None = None
         pass
     if code == "server_busy":
         return TTSTransportError(
-            "tts_busy", f"the TTS server is busy ({status}): {message}", code, _seconds(retry_after)
+            TransportCode.TTS_BUSY, f"the TTS server is busy ({status}): {message}", code, _seconds(retry_after)
         )
     if status == 503 or code == "not_ready":
-        return TTSTransportError("tts_unavailable", f"the TTS server is not ready ({status}): {message}", code)
-    return TTSTransportError("tts_error", f"the TTS server refused the text ({status} {code}): {message}", code)
+        return TTSTransportError(
+            TransportCode.TTS_UNAVAILABLE, f"the TTS server is not ready ({status}): {message}", code
+        )
+    return TTSTransportError(
+        TransportCode.TTS_ERROR, f"the TTS server refused the text ({status} {code}): {message}", code
+    )
 
 
 def _seconds(retry_after: str | None) -> float | None:
@@ -89,9 +93,11 @@ class HTTPBatchTTS:
                 async for data in response.aiter_bytes():
                     yield data
         except httpx.ConnectTimeout as exc:
-            raise TTSTransportError("tts_unavailable", f"cannot reach the TTS server at {self.url}: {exc!r}") from exc
+            raise TTSTransportError(
+                TransportCode.TTS_UNAVAILABLE, f"cannot reach the TTS server at {self.url}: {exc!r}"
+            ) from exc
         except httpx.TimeoutException as exc:
-            raise TTSTransportError("tts_timeout", f"the TTS server stopped answering: {exc!r}") from exc
+            raise TTSTransportError(TransportCode.TTS_TIMEOUT, f"the TTS server stopped answering: {exc!r}") from exc
         except httpx.TransportError as exc:
-            code = "tts_session_dropped" if answered else "tts_unavailable"
+            code = TransportCode.TTS_SESSION_DROPPED if answered else TransportCode.TTS_UNAVAILABLE
             raise TTSTransportError(code, f"the TTS request to {self.url} failed: {exc!r}") from exc

@@ -15,7 +15,7 @@ from websockets.exceptions import ConnectionClosed, ConnectionClosedOK, InvalidS
 
 from .errors import ErrorCode
 from .protocol import CLOSE_TRY_AGAIN_LATER, WS_PATH
-from .session import AudioEvent, SessionOptions, TTSEvent, TTSTransportError, classify_chunk
+from .session import AudioEvent, SessionOptions, TransportCode, TTSEvent, TTSTransportError, classify_chunk
 
 BUSY = ErrorCode.SERVER_BUSY.value
 
@@ -69,7 +69,9 @@ class LocalWSSession:
                 try:
                     yield classify_chunk(message.encode("utf-8"), is_text=True)
                 except ValueError as exc:
-                    raise TTSTransportError("tts_error", f"unexpected text frame: {message[:200]!r}") from exc
+                    raise TTSTransportError(
+                        TransportCode.TTS_ERROR, f"unexpected text frame: {message[:200]!r}"
+                    ) from exc
         except ConnectionClosedOK:
             return  # the server finished (after our close) or went away cleanly: the pipeline checks what is missing
         except ConnectionClosed as exc:
@@ -84,8 +86,8 @@ def _closed(exc: ConnectionClosed, what: str) -> TTSTransportError:
     """``tts_busy`` when the server refused the session (accepted, then closed with 1013 "server_busy: …", as at
     its session cap: docs/protocol.md), else ``tts_session_dropped``."""
     if exc.rcvd is not None and exc.rcvd.code == CLOSE_TRY_AGAIN_LATER and exc.rcvd.reason.startswith(BUSY):
-        return TTSTransportError("tts_busy", f"the TTS server is busy: {exc.rcvd.reason}", BUSY)
-    return TTSTransportError("tts_session_dropped", f"{what}: {exc}")
+        return TTSTransportError(TransportCode.TTS_BUSY, f"the TTS server is busy: {exc.rcvd.reason}", BUSY)
+    return TTSTransportError(TransportCode.TTS_SESSION_DROPPED, f"{what}: {exc}")
 
 
 class LocalWSTransport:
@@ -109,10 +111,12 @@ class LocalWSTransport:
         except InvalidStatus as exc:
             # 403 while the model loads (the server closes with 1013 before accepting), 404 on a wrong URL.
             raise TTSTransportError(
-                "tts_unavailable", f"the TTS server refused the session ({exc.response.status_code})"
+                TransportCode.TTS_UNAVAILABLE, f"the TTS server refused the session ({exc.response.status_code})"
             ) from exc
         except Exception as exc:  # refused, DNS, timeout, bad handshake: all mean no session
-            raise TTSTransportError("tts_unavailable", f"cannot reach the TTS server at {self.url}: {exc}") from exc
+            raise TTSTransportError(
+                TransportCode.TTS_UNAVAILABLE, f"cannot reach the TTS server at {self.url}: {exc}"
+            ) from exc
         session = LocalWSSession(ws)
         try:
             await session.configure(options)

@@ -16,7 +16,7 @@ from typing import Any
 from botocore.exceptions import BotoCoreError, ClientError, EventStreamError
 
 from .http_batch import request_body
-from .session import SessionOptions, TTSTransportError
+from .session import SessionOptions, TransportCode, TTSTransportError
 
 _END = object()
 
@@ -91,19 +91,21 @@ class SageMakerBatchTTS:
                     answered = True
                     yield data
         except EventStreamError as exc:  # ModelStreamError / InternalStreamFailure after the stream started
-            raise TTSTransportError("tts_session_dropped", f"the SageMaker response stream failed: {exc}") from exc
+            raise TTSTransportError(
+                TransportCode.TTS_SESSION_DROPPED, f"the SageMaker response stream failed: {exc}"
+            ) from exc
         except ClientError as exc:
             error = exc.response.get("Error", {})
             status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
             message = f"SageMaker refused the request ({error.get('Code')}): {error.get('Message')}"
             tts_code = _server_code(error.get("Message", ""))
             if tts_code == "server_busy":  # the container's admission control: retry later
-                raise TTSTransportError("tts_busy", message, tts_code) from exc
+                raise TTSTransportError(TransportCode.TTS_BUSY, message, tts_code) from exc
             if status >= 500 or error.get("Code") in ("ServiceUnavailable", "InternalFailure"):
-                raise TTSTransportError("tts_unavailable", message, tts_code) from exc
-            raise TTSTransportError("tts_error", message, tts_code) from exc
+                raise TTSTransportError(TransportCode.TTS_UNAVAILABLE, message, tts_code) from exc
+            raise TTSTransportError(TransportCode.TTS_ERROR, message, tts_code) from exc
         except BotoCoreError as exc:
-            code = "tts_session_dropped" if answered else "tts_unavailable"
+            code = TransportCode.TTS_SESSION_DROPPED if answered else TransportCode.TTS_UNAVAILABLE
             raise TTSTransportError(code, f"the SageMaker request failed: {exc}") from exc
 
 

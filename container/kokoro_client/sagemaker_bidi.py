@@ -46,6 +46,7 @@ from .aws_credentials import Boto3CredentialsResolver
 from .session import (
     AudioEvent,
     SessionOptions,
+    TransportCode,
     TTSEvent,
     TTSTransportError,
     classify_chunk,
@@ -185,7 +186,7 @@ class SageMakerBidiSession:
         part = RequestPayloadPart(bytes_=data, data_type=data_type)
         async with self._send_lock:
             if self._closed:
-                raise TTSTransportError("tts_session_dropped", "the session is closed")
+                raise TTSTransportError(TransportCode.TTS_SESSION_DROPPED, "the session is closed")
             try:
                 await self._stream.input_stream.send(RequestStreamEventPayloadPart(value=part))
             except Exception as e:
@@ -268,7 +269,7 @@ def event_from_payload_part(part: ResponsePayloadPart) -> TTSEvent:
                 return classify_chunk(data, is_text=True)
             except ValueError as e:  # the protocol is broken: nothing later can be trusted either
                 message = f"a UTF8 payload part that is not a JSON object: {data[:80]!r}"
-                raise TTSTransportError("tts_session_dropped", message, "invalid_control_frame") from e
+                raise TTSTransportError(TransportCode.TTS_SESSION_DROPPED, message, "invalid_control_frame") from e
         case _:
             return classify_chunk(data)
 
@@ -317,10 +318,10 @@ def transport_error(error: BaseException, *, opened: bool) -> TTSTransportError:
     else:
         message = f"{type(deepest).__name__}: {deepest}"
     if opened:
-        return TTSTransportError("tts_session_dropped", f"the SageMaker stream failed: {message}", tts_code)
+        return TTSTransportError(TransportCode.TTS_SESSION_DROPPED, f"the SageMaker stream failed: {message}", tts_code)
     if refused:
-        return TTSTransportError("tts_error", f"SageMaker refused the stream: {message}", tts_code)
-    return TTSTransportError("tts_unavailable", f"could not open the SageMaker stream: {message}", tts_code)
+        return TTSTransportError(TransportCode.TTS_ERROR, f"SageMaker refused the stream: {message}", tts_code)
+    return TTSTransportError(TransportCode.TTS_UNAVAILABLE, f"could not open the SageMaker stream: {message}", tts_code)
 
 
 def _cause_chain(error: BaseException) -> list[BaseException]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from enum import StrEnum
 from functools import cached_property
 from typing import Any, Protocol
 
@@ -43,16 +44,25 @@ class ControlEvent:
 TTSEvent = AudioEvent | ControlEvent
 
 
-class TTSTransportError(Exception):
-    """A transport failure with a stable code, so the pipeline can tell the caller what happened.
+class TransportCode(StrEnum):
+    """The stable code of a ``TTSTransportError``: what a client saw of the server, whichever transport it used.
 
-    Codes: ``tts_unavailable`` (never connected, or the server is not ready), ``tts_busy`` (the server refused
-    new work with ``server_busy``: retry later, after ``retry_after_s`` when it said), ``tts_session_dropped`` (the
-    connection was lost mid-reply) and ``tts_error`` (the server refused the request; ``tts_code`` is its code).
+    The agent ends a reply with these same codes (its ``error`` event), so they are wire text too.
     """
 
+    TTS_UNAVAILABLE = "tts_unavailable"  # never connected, or the server is not ready
+    # The server refused new work with server_busy: retry later, after retry_after_s when it said.
+    TTS_BUSY = "tts_busy"
+    TTS_SESSION_DROPPED = "tts_session_dropped"  # the connection or response stream was lost mid-reply
+    TTS_ERROR = "tts_error"  # the server refused the request (tts_code is its own code)
+    TTS_TIMEOUT = "tts_timeout"  # the server stopped answering in time
+
+
+class TTSTransportError(Exception):
+    """A transport failure with a stable code (``TransportCode``), so the pipeline can tell the caller what happened."""
+
     def __init__(
-        self, code: str, message: str, tts_code: str | None = None, retry_after_s: float | None = None
+        self, code: TransportCode, message: str, tts_code: str | None = None, retry_after_s: float | None = None
     ) -> None:
         super().__init__(message)
         self.code = code

@@ -77,7 +77,7 @@ class Settings:
         "KOKORO_MAX_MESSAGE_BYTES", 64 * 1024, "largest WebSocket message or HTTP body, in bytes"
     )
     # 0: the backend chooses (onnx on a CPU: one per core, a job alone using every core; a GPU: one);
-    # engine/backends/threads.py says why.
+    # engine/backends/ort_sessions.py says why.
     workers: int = _setting("KOKORO_WORKERS", 0, "inference jobs side by side when several wait (0: the backend's)")
     # onnxruntime's intra-op threads.
     threads: int = _setting("KOKORO_THREADS", 0, "threads inside one inference job (0: the backend chooses)")

@@ -65,5 +65,5 @@ class InProcess:
             first = 1000 * (time.perf_counter() - started)
         finally:
             await stream.aclose()
-        await self.engine.scheduler.run(lambda: None, asyncio.get_running_loop().time())
+        await self.engine.scheduler.run(lambda _alone: None, asyncio.get_running_loop().time())
         return first

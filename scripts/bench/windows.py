@@ -97,9 +97,11 @@ def main() -> None:
 
                 pool = stages.norm_pool(VOICE, tokens, prosody)
 
-                def decode(lo: int, hi: int, prosody: Prosody = prosody, pool: ChunkPool = pool) -> np.ndarray:
-                    decoded[0] += hi - lo
-                    return stages.decode(prosody, lo, hi, pool)
+                def decode(
+                    start: int, stop: int, *, alone: bool, prosody: Prosody = prosody, pool: ChunkPool = pool
+                ) -> np.ndarray:
+                    decoded[0] += stop - start
+                    return stages.decode(prosody, start, stop, pool, alone=alone)
 
                 decoded[1] += prosody.frames
                 # As the engine does: the first window is planned from the speed learnt on the chunks before.

@@ -18,7 +18,7 @@ from typing import Any
 
 from kokoro_client.errors import TTSError
 from kokoro_client.protocol import Cancelled, Error, SynthesisComplete
-from kokoro_client.session import AudioEvent, ControlEvent, SessionOptions, TTSEvent, TTSTransportError
+from kokoro_client.session import AudioEvent, ControlEvent, SessionOptions, TransportCode, TTSEvent, TTSTransportError
 from kokoro_client.utterances import UtteranceReader
 
 from .errors import DeployError
@@ -136,7 +136,7 @@ async def run_smoke(
         raise SmokeFailure(f"the session did not end within {timeout_s:.0f} s ({len(events)} events)") from None
     except TTSTransportError as e:
         detail = f" [{e.tts_code}]" if e.tts_code else ""
-        raise SmokeFailure(f"{e.code}{detail}: {e.message}", retryable=e.code == "tts_unavailable") from e
+        raise SmokeFailure(f"{e.code}{detail}: {e.message}", retryable=e.code == TransportCode.TTS_UNAVAILABLE) from e
     utterances, first_audio = check_events(events, ids)
     return SmokeResult(utterances, opened - start, first_audio, clock() - opened)
 

@@ -9,7 +9,7 @@ import time
 from typing import Any
 
 import pytest
-from kokoro_client.session import TTSTransportError
+from kokoro_client.session import TransportCode, TTSTransportError
 from support.agent_fixtures import FakeBatch, FakeSource, FakeTTS, index_of, types
 from support.eventually import eventually
 from voice_agent.events import Event
@@ -115,7 +115,7 @@ async def test_bidi_with_the_tts_down_is_tts_unavailable_and_stops_the_llm() -> 
 
 
 async def test_batch_with_the_tts_down_is_tts_unavailable_after_all_the_text() -> None:
-    fail = TTSTransportError("tts_unavailable", "refused")
+    fail = TTSTransportError(TransportCode.TTS_UNAVAILABLE, "refused")
     events = await collect(batch(FakeSource(TOKENS), FakeBatch(fail=fail)))
     assert events[-1]["code"] == "tts_unavailable"
     assert "".join(e["text"] for e in events if e["type"] == "text_delta") == "".join(TOKENS)
@@ -227,7 +227,7 @@ class BusyBatch(FakeBatch):
     async def synthesize(self, text: str, options: Any) -> Any:
         self.tries += 1
         if self.tries <= self.refusals:
-            raise TTSTransportError("tts_busy", "busy", "server_busy", self.retry_after_s)
+            raise TTSTransportError(TransportCode.TTS_BUSY, "busy", "server_busy", self.retry_after_s)
         async for chunk in super().synthesize(text, options):
             yield chunk
 

@@ -11,7 +11,6 @@ import pytest
 from kokoro_tts.engine.backends import onnx as onnx_backend
 from kokoro_tts.engine.backends.ort_sessions import RUN_OPTIONS, SessionPair, exact_int8_dot_products
 from kokoro_tts.engine.backends.stages import NormPool
-from kokoro_tts.engine.backends.threads import run_as
 from kokoro_tts.weights.layout import (
     DECODER_GRAPH,
     DECODER_GRAPH_VNNI,
@@ -25,7 +24,7 @@ from kokoro_tts.weights.layout import (
 def test_a_job_alone_gets_every_core_and_jobs_side_by_side_one_each(model_dir: Path) -> None:
     # Two cores asked for explicitly, so the test means the same on any machine.
     pair = SessionPair(model_dir / DECODER_GRAPH, threads=2, parallel=2, providers=["CPUExecutionProvider"])
-    lone, beside = pair.get(), run_as(pair.get, alone=False)
+    lone, beside = pair.get(alone=True), pair.get(alone=False)
     assert lone is not beside
     assert lone.get_session_options().intra_op_num_threads == 2
     assert beside.get_session_options().intra_op_num_threads == 1
@@ -46,7 +45,7 @@ def test_a_job_alone_gets_every_core_and_jobs_side_by_side_one_each(model_dir: P
 
 def test_one_worker_or_a_set_thread_count_loads_the_graph_once(model_dir: Path) -> None:
     pair = SessionPair(model_dir / DECODER_GRAPH, threads=1, parallel=2, providers=["CPUExecutionProvider"])
-    assert pair.get() is run_as(pair.get, alone=False)
+    assert pair.get(alone=True) is pair.get(alone=False)
 
 
 @pytest.mark.parametrize(

@@ -8,7 +8,6 @@ import time
 
 import pytest
 from kokoro_client.errors import ErrorCode, TTSError
-from kokoro_tts.engine.backends.threads import alone
 from kokoro_tts.engine.scheduler import MEASURED, UNMEASURED_JOB_S, DeadlineScheduler, JobRecord
 
 
@@ -22,11 +21,11 @@ async def test_earliest_deadline_runs_first_and_cancelled_jobs_are_skipped() -> 
         order.append(name)
         return name
 
-    blocker = asyncio.create_task(scheduler.run(lambda: gate.wait(5), deadline=0))
+    blocker = asyncio.create_task(scheduler.run(lambda _alone: gate.wait(5), deadline=0))
     await asyncio.sleep(0.05)  # the worker is now busy with the blocker
-    late = asyncio.create_task(scheduler.run(lambda: job("late reply chunk"), deadline=30))
-    dropped = asyncio.create_task(scheduler.run(lambda: job("dropped"), deadline=5))
-    first = asyncio.create_task(scheduler.run(lambda: job("new first chunk"), deadline=10))
+    late = asyncio.create_task(scheduler.run(lambda _alone: job("late reply chunk"), deadline=30))
+    dropped = asyncio.create_task(scheduler.run(lambda _alone: job("dropped"), deadline=5))
+    first = asyncio.create_task(scheduler.run(lambda _alone: job("new first chunk"), deadline=10))
     await asyncio.sleep(0.05)
     dropped.cancel()
     gate.set()
@@ -41,11 +40,11 @@ async def test_a_failing_job_reaches_its_caller_and_the_worker_goes_on() -> None
     scheduler = DeadlineScheduler(workers=1)
     scheduler.start()
 
-    def boom() -> None:
+    def boom(alone: bool) -> None:
         raise ValueError("bad chunk")
 
     failing = asyncio.create_task(scheduler.run(boom, deadline=0))
-    ok = asyncio.create_task(scheduler.run(lambda: 42, deadline=1))
+    ok = asyncio.create_task(scheduler.run(lambda _alone: 42, deadline=1))
     try:
         await failing
     except ValueError as exc:
@@ -63,7 +62,7 @@ async def test_admission_estimates_the_wait_from_the_queue_and_the_measured_job_
         length = 1.0 if i >= 40 - MEASURED else 9.0
         scheduler.history.append(JobRecord(f"u{i}", now, started=now - 100 + i, finished=now - 100 + i + length))
     assert scheduler.mean_job_s() == 1.0
-    queued = [asyncio.create_task(scheduler.run(lambda: None, deadline=now)) for _ in range(3)]
+    queued = [asyncio.create_task(scheduler.run(lambda _alone: None, deadline=now)) for _ in range(3)]
     await asyncio.sleep(0)
     assert scheduler.expected_wait_s() == pytest.approx(3.0)
     scheduler.admit(3.5)
@@ -84,7 +83,7 @@ async def test_share_counts_the_jobs_sharing_the_machine() -> None:
     # (vocoder_windows plans a window from that share of the decoder's speed), however many workers run them.
     scheduler = DeadlineScheduler(workers=2)  # not started: the jobs stay queued
     assert scheduler.share() == 1.0
-    queued = [asyncio.create_task(scheduler.run(lambda: None, deadline=0)) for _ in range(5)]
+    queued = [asyncio.create_task(scheduler.run(lambda _alone: None, deadline=0)) for _ in range(5)]
     await asyncio.sleep(0)
     assert scheduler.share() == 5.0
     queued[0].cancel()
@@ -101,13 +100,13 @@ async def test_a_lone_job_has_every_core_and_waiting_jobs_run_side_by_side() -> 
     seen: dict[str, bool] = {}
     first_running, gate = threading.Event(), threading.Event()
 
-    def lone() -> None:
-        seen["lone"] = alone()
+    def lone(alone: bool) -> None:
+        seen["lone"] = alone
         first_running.set()
         gate.wait(5)
 
-    def after() -> None:
-        seen["after"] = alone()
+    def after(alone: bool) -> None:
+        seen["after"] = alone
 
     scheduler.start()
     lone_job = asyncio.create_task(scheduler.run(lone, deadline=0))
@@ -124,9 +123,9 @@ async def test_a_lone_job_has_every_core_and_waiting_jobs_run_side_by_side() -> 
     side_by_side = DeadlineScheduler(workers=2)
     barrier = threading.Barrier(2, timeout=5)
 
-    def meet() -> bool:
+    def meet(alone: bool) -> bool:
         barrier.wait()
-        return alone()
+        return alone
 
     jobs = [asyncio.create_task(side_by_side.run(meet, deadline=0)) for _ in range(2)]
     await asyncio.sleep(0)
@@ -139,7 +138,7 @@ async def test_idle_workers_sleep() -> None:
     """With nothing queued, a worker waits for a job without using the CPU (it once spun on the event loop)."""
     scheduler = DeadlineScheduler(workers=2)
     scheduler.start()
-    await scheduler.run(lambda: None, deadline=0)
+    await scheduler.run(lambda _alone: None, deadline=0)
     used = time.process_time()
     await asyncio.sleep(0.5)
     assert time.process_time() - used < 0.1, "the idle scheduler kept the CPU busy"
@@ -153,15 +152,18 @@ async def test_a_job_due_before_the_one_running_alone_starts_beside_it() -> None
     scheduler.start()
     lone_running, gate = threading.Event(), threading.Event()
 
-    def lone() -> bool:
+    def lone(alone: bool) -> bool:
         lone_running.set()
         gate.wait(5)
-        return alone()
+        return alone
+
+    def told(alone: bool) -> bool:
+        return alone
 
     lone_job = asyncio.create_task(scheduler.run(lone, deadline=10.0))
     await asyncio.to_thread(lone_running.wait, 5)
-    later = asyncio.create_task(scheduler.run(alone, deadline=20.0))
-    assert await asyncio.wait_for(scheduler.run(alone, deadline=1.0), 5) is False  # beside it, on its share
+    later = asyncio.create_task(scheduler.run(told, deadline=20.0))
+    assert await asyncio.wait_for(scheduler.run(told, deadline=1.0), 5) is False  # beside it, on its share
     await asyncio.sleep(0.2)
     assert not later.done(), "a job due later than the one running alone started beside it"
     gate.set()
@@ -187,11 +189,11 @@ async def test_a_job_queued_by_the_caller_of_the_job_just_done_goes_ahead_of_lat
         return name
 
     async def stream() -> None:
-        await scheduler.run(lambda: job("phonemes"), deadline=0)
-        await scheduler.run(lambda: job("first window"), deadline=0)
+        await scheduler.run(lambda _alone: job("phonemes"), deadline=0)
+        await scheduler.run(lambda _alone: job("first window"), deadline=0)
 
     started = asyncio.create_task(stream())
-    later = asyncio.create_task(scheduler.run(lambda: job("another stream's later window"), deadline=1))
+    later = asyncio.create_task(scheduler.run(lambda _alone: job("another stream's later window"), deadline=1))
     await asyncio.gather(started, later)
     assert order == ["phonemes", "first window", "another stream's later window"]
     await scheduler.stop()

@@ -12,7 +12,7 @@ from typing import Any
 
 import httpx
 import uvicorn
-from kokoro_client.session import AudioEvent, ControlEvent, SessionOptions, TTSEvent, TTSTransportError
+from kokoro_client.session import AudioEvent, ControlEvent, SessionOptions, TransportCode, TTSEvent, TTSTransportError
 from voice_agent.app import create_app
 from voice_agent.events import Event
 from voice_agent.models import BuiltModel
@@ -237,7 +237,7 @@ class FakeTTS:
 
     async def open_session(self, options: SessionOptions) -> FakeSession:
         if self.refuse:
-            raise TTSTransportError("tts_unavailable", "connection refused")
+            raise TTSTransportError(TransportCode.TTS_UNAVAILABLE, "connection refused")
         session = FakeSession(self)
         self.sessions.append(session)
         return session
@@ -262,7 +262,7 @@ class FakeSession:
                 await asyncio.sleep(3600)
             await asyncio.sleep(self.tts.delay_s)
             if self.tts.drop_after is not None and done >= self.tts.drop_after:
-                self._queue.put_nowait(TTSTransportError("tts_session_dropped", "connection reset"))
+                self._queue.put_nowait(TTSTransportError(TransportCode.TTS_SESSION_DROPPED, "connection reset"))
                 return
             if utterance_id in self.tts.errors:
                 code = self.tts.errors[utterance_id]
@@ -284,7 +284,7 @@ class FakeSession:
 
     async def send_text(self, text: str, utterance_id: str) -> None:
         if self.closed:
-            raise TTSTransportError("tts_session_dropped", "closed")
+            raise TTSTransportError(TransportCode.TTS_SESSION_DROPPED, "closed")
         self.sent.append((utterance_id, text))
         self.most_in_flight = max(self.most_in_flight, len(self.sent) - self.spoken)
         self._work.put_nowait(utterance_id)

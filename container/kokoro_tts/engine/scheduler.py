@@ -7,7 +7,7 @@ Jobs run in a thread pool, so the event loop stays free for /ping and new connec
 runs alone, on every core, when nothing else runs or waits, and the others wait for it, unless they are due before
 it: a job cannot be interrupted, and a second caller's first window would otherwise wait for a window of the first
 caller's reply that is due seconds later (docs/engine.md has the figures). When jobs wait, they run side by side, a
-share of the cores each (backends/threads.py).
+share of the cores each (backends/ort_sessions.py); the job is told which (``run``).
 
 Admission (``admit``): work already accepted must still meet its deadlines, so new work is refused with
 ``server_busy`` at once when the jobs queued ahead of it would keep its first audio waiting too long. Each active
@@ -30,8 +30,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kokoro_client.errors import ErrorCode, TTSError
-
-from kokoro_tts.engine.backends.threads import run_as
 
 # A refused client is told to come back after this long at least (HTTP Retry-After), and at most after the longest.
 MIN_RETRY_AFTER_S = 1
@@ -95,7 +93,7 @@ async def unless[T](step: Awaitable[T], stop: Awaitable[object]) -> T:
 class _Job:
     deadline: float
     seq: int
-    fn: Callable[[], Any] = field(compare=False)
+    fn: Callable[[bool], Any] = field(compare=False)
     future: asyncio.Future[Any] = field(compare=False)
     label: str = field(default="", compare=False)
     kind: str = field(default="", compare=False)
@@ -189,8 +187,9 @@ class DeadlineScheduler:
         self._tasks = []
         self._executor.shutdown(wait=False, cancel_futures=True)
 
-    async def run[T](self, fn: Callable[[], T], deadline: float, label: str = "", kind: str = "") -> T:
-        """Run ``fn`` in a worker thread when its turn comes. Cancelling the caller drops a job not yet started.
+    async def run[T](self, fn: Callable[[bool], T], deadline: float, label: str = "", kind: str = "") -> T:
+        """Run ``fn(alone)`` in a worker thread when its turn comes; ``alone``: whether the job has every core (the
+        module docstring), for the onnx sessions it picks. Cancelling the caller drops a job not yet started.
         ``label`` names the job in ``history``; ``kind`` is what ``tallies`` counts it as."""
         future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
         heapq.heappush(self._heap, _Job(deadline, next(self._seq), fn, future, label, kind))
@@ -220,7 +219,7 @@ class DeadlineScheduler:
             job = heapq.heappop(self._heap)
             if job.future.done():  # its caller went away before its turn
                 continue
-            # Alone (every core: threads.py) when nothing else runs or waits; side by side otherwise.
+            # Alone (every core) when nothing else runs or waits; side by side otherwise.
             alone = self._workers > 1 and not self.running and not self.pending
             if alone:
                 self._shareable.clear()
@@ -231,7 +230,7 @@ class DeadlineScheduler:
             record = JobRecord(job.label, job.deadline, loop.time(), every_core)
             self.history.append(record)
             try:
-                result = await loop.run_in_executor(self._executor, run_as, job.fn, every_core)
+                result = await loop.run_in_executor(self._executor, job.fn, every_core)
             except Exception as exc:  # handed to the caller, who decides what the client reads
                 if not job.future.done():
                     job.future.set_exception(exc)

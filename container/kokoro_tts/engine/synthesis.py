@@ -36,7 +36,6 @@ from kokoro_client.protocol import WordTiming
 from kokoro_tts.audio.encoding import SAMPLE_RATE, float_to_pcm16
 from kokoro_tts.engine.backends import Backend, load_backend
 from kokoro_tts.engine.backends.stages import SAMPLES_PER_FRAME
-from kokoro_tts.engine.backends.threads import run_as
 from kokoro_tts.engine.scheduler import DeadlineScheduler, Limit
 from kokoro_tts.engine.voices import Voice, VoiceBank
 from kokoro_tts.engine.windows import ChunkWindows, DecoderSpeed, WindowPlan, decode_in_windows
@@ -172,11 +171,11 @@ class TTSEngine:
         request = self.request(self.settings.warmup_text, self.settings.default_voice, 1.0)
         texts = self._text_chunks(request)
         for text in texts:
-            self._synthesize_chunk(text, request)
+            self._synthesize_chunk(text, request, alone=True)
         if (jobs := self.backend.parallel_jobs) > 1:
-            # And side by side, as under load (backends/threads.py): the one-thread sessions' first run is slow.
+            # And side by side, as under load (backends/ort_sessions.py): the one-thread sessions' first run is slow.
             def side_by_side(text: str) -> np.ndarray:
-                return run_as(partial(self._synthesize_chunk, text, request), alone=False)
+                return self._synthesize_chunk(text, request, alone=False)
 
             with ThreadPoolExecutor(jobs) as pool:
                 list(pool.map(side_by_side, texts * jobs))
@@ -255,7 +254,7 @@ class TTSEngine:
             while not batches and texts:
                 text = texts.popleft()
                 for batch in await self.scheduler.run(
-                    partial(self._batches, text, request), due, f"{tag} phonemes", PHONEMES_JOB
+                    partial(self._phonemes, text, request), due, f"{tag} phonemes", PHONEMES_JOB
                 ):
                     batches.append((text, batch))
             if not batches:
@@ -301,10 +300,11 @@ class TTSEngine:
         deadline: float,
         label: str,
     ) -> AudioChunk:
-        def job() -> tuple[np.ndarray, float, tuple[WordTiming, ...]]:
+        def job(alone: bool) -> tuple[np.ndarray, float, tuple[WordTiming, ...]]:
             started = time.perf_counter()
             ids = batch.ids
-            audio, durations = self.backend.synthesize_timed(ids, request.voice.style(len(ids)), request.speed)
+            style = request.voice.style(len(ids))
+            audio, durations = self.backend.synthesize_timed(ids, style, request.speed, alone=alone)
             words = batch_words(batch, durations, timing.cursor) if durations is not None else []
             pcm = float_to_pcm16(audio)
             return pcm, 1000.0 * (time.perf_counter() - started), timings(words, timing.offset, request.sent)
@@ -318,7 +318,7 @@ class TTSEngine:
         stages = self.backend.stages
         assert stages is not None
 
-        def job() -> tuple[np.ndarray, float, tuple[WordTiming, ...]]:
+        def job(alone: bool) -> tuple[np.ndarray, float, tuple[WordTiming, ...]]:
             started = time.perf_counter()
             request, timing = decoding.request, decoding.timing
             if decoding.ended:  # its stream ended as this job began: nothing to make
@@ -326,7 +326,7 @@ class TTSEngine:
             windows = decoding.windows
             if windows is None:
                 ids = decoding.batch.ids
-                prosody = stages.front(ids, request.voice.style(len(ids)), request.speed)
+                prosody = stages.front(ids, request.voice.style(len(ids)), request.speed, alone=alone)
                 windows = ChunkWindows(
                     partial(stages.decode, prosody, pool=stages.norm_pool(request.voice.spec, ids, prosody)),
                     prosody.frames,
@@ -339,7 +339,9 @@ class TTSEngine:
                     decoding.windows = windows
                     decoding.words = batch_words(decoding.batch, prosody.durations, timing.cursor)
             # The loop's clock is time.monotonic: the seconds of audio still queued ahead of this window.
-            pcm = float_to_pcm16(windows.next_window(lambda: deadline - time.monotonic(), self.scheduler.share()))
+            pcm = float_to_pcm16(
+                windows.next_window(lambda: deadline - time.monotonic(), self.scheduler.share(), alone=alone)
+            )
             # The words starting in this window (the last window takes the rest).
             ends = windows.start * SAMPLES_PER_FRAME if not windows.done else None
             words = [w for w in decoding.words if ends is None or w.start < ends]
@@ -359,13 +361,18 @@ class TTSEngine:
     def _batches(self, text: str, request: SpeechRequest) -> list[TokenBatch]:
         return self.phonemizer.batches(self.phonemizer.spoken(text, request.voice.lang))
 
-    def _synthesize_chunk(self, text: str, request: SpeechRequest) -> np.ndarray:
-        """A text chunk's whole audio, as the server makes it (in paced windows when windowed), in this thread."""
+    def _phonemes(self, text: str, request: SpeechRequest, alone: bool) -> list[TokenBatch]:
+        """``_batches`` as a scheduler job: the G2P is Python, on one core whether the job runs alone or not."""
+        return self._batches(text, request)
+
+    def _synthesize_chunk(self, text: str, request: SpeechRequest, alone: bool = True) -> np.ndarray:
+        """A text chunk's whole audio, as the server makes it (in paced windows when windowed), in this thread
+        (``alone``: with every core to itself, or side by side with others)."""
         pieces: list[np.ndarray] = []
         for tokens in self._token_batches(text, request):
             style = request.voice.style(len(tokens))
             if self.windowed and (stages := self.backend.stages) is not None:
-                prosody = stages.front(tokens, style, request.speed)
+                prosody = stages.front(tokens, style, request.speed, alone=alone)
                 pool = stages.norm_pool(request.voice.spec, tokens, prosody)
                 pieces += decode_in_windows(
                     partial(stages.decode, prosody, pool=pool),
@@ -374,9 +381,10 @@ class TTSEngine:
                     speed=self.decoder_speed,
                     inputs=self.input_speed,
                     complete=partial(stages.complete, prosody),
+                    alone=alone,
                 )
             else:
-                pieces.append(self.backend.synthesize(tokens, style, request.speed))
+                pieces.append(self.backend.synthesize(tokens, style, request.speed, alone=alone))
         if not pieces:
             return np.zeros(0, dtype=np.int16)
         return float_to_pcm16(np.concatenate(pieces))

@@ -32,22 +32,33 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
 from kokoro_tts.audio.encoding import SAMPLE_RATE
 from kokoro_tts.engine.backends.stages import FEATURES_CONTEXT, SAMPLES_PER_FRAME
-from kokoro_tts.engine.backends.threads import alone
 
 FRAME_S = SAMPLES_PER_FRAME / SAMPLE_RATE  # seconds of audio per aligned frame
-Decode = Callable[[int, int], np.ndarray]  # audio for aligned frames [start, stop)
+
+
+class Decode(Protocol):
+    def __call__(self, start: int, stop: int, *, alone: bool) -> np.ndarray:
+        """Audio for aligned frames [start, stop), by a job that runs ``alone`` or not (backends/ort_sessions.py)."""
+        ...
+
+
+class Complete(Protocol):
+    def __call__(self, *, alone: bool) -> object:
+        """Make the chunk's whole input (backends/stages.py), by a job that runs ``alone`` or not."""
+        ...
 
 
 class DecoderSpeed:
     """What decoding a window costs on the whole machine, learnt from the windows decoded last by a job running alone
-    (backends/threads.py): a fixed cost per call (the generator's many small nodes) plus a cost per frame, fitted by
-    least squares; in proportion to the frames until two window sizes have been seen. Empty (``known`` False) until the
-    first window."""
+    (on every core: backends/ort_sessions.py): a fixed cost per call (the generator's many small nodes) plus a cost
+    per frame, fitted by least squares; in proportion to the frames until two window sizes have been seen. Empty
+    (``known`` False) until the first window."""
 
     SAMPLES = 16  # the latest windows the fit uses: recent enough to follow the machine's load
 
@@ -228,7 +239,7 @@ class ChunkWindows:
         speed: DecoderSpeed | None = None,
         clock: Callable[[], float] = time.perf_counter,
         inputs: DecoderSpeed | None = None,
-        complete: Callable[[], object] | None = None,
+        complete: Complete | None = None,
     ) -> None:
         self._decode, self.frames, self.plan, self._clock = decode, frames, plan, clock
         self.inputs = inputs  # what making the generator's input costs (``WindowPlan.paced_cost``)
@@ -260,26 +271,27 @@ class ChunkWindows:
         # A window more than planned when the rest would not be ready in time (the machine slower than learnt).
         return paced
 
-    def next_window(self, queued_s: Callable[[], float], share: float = 1.0) -> np.ndarray:
+    def next_window(self, queued_s: Callable[[], float], share: float = 1.0, *, alone: bool) -> np.ndarray:
         """Audio of the next window, sized by ``next_size`` against the audio still queued ahead of it (``queued_s``,
         asked after the chunk's whole input is made: the second window's job makes it first, once, and its cost is
-        learnt into ``inputs``)."""
+        learnt into ``inputs``). ``alone``: whether this window's job has every core (the scheduler's say)."""
         if self.start and self._complete is not None:
             began = self._clock()
-            self._complete()
-            if alone() and self.inputs is not None:  # the machine's own speed, as ``speed`` learns it
+            self._complete(alone=alone)
+            if alone and self.inputs is not None:  # the machine's own speed, as ``speed`` learns it
                 self.inputs.add(self.frames, self._clock() - began)
             self._complete = None
-        return self.decode(self.next_size(queued_s(), share))
+        return self.decode(self.next_size(queued_s(), share), alone=alone)
 
-    def decode(self, size: int) -> np.ndarray:
-        """Audio of the next window of about ``size`` frames (a short tail is merged in: ``WindowPlan.stop``)."""
+    def decode(self, size: int, *, alone: bool) -> np.ndarray:
+        """Audio of the next window of about ``size`` frames (a short tail is merged in: ``WindowPlan.stop``), by a
+        job that runs ``alone`` or not."""
         plan, start = self.plan, self.start
         stop = plan.stop(start, size, self.frames)
         lo, hi = plan.span(start, stop, self.frames)
         began = self._clock()
-        audio = self._decode(lo, hi)
-        if alone():  # the machine's own speed: a stream's share of it is the scheduler's to say
+        audio = self._decode(lo, hi, alone=alone)
+        if alone:  # the machine's own speed: a stream's share of it is the scheduler's to say
             seconds = self._clock() - began
             if not start:  # a first window also made its input, from a prefix of the chunk (backends/stages.py)
                 seconds -= plan.prefix_cost(hi, self.frames, self.inputs)
@@ -303,13 +315,14 @@ def decode_in_windows(
     clock: Callable[[], float] = time.perf_counter,
     speed: DecoderSpeed | None = None,
     inputs: DecoderSpeed | None = None,
-    complete: Callable[[], object] | None = None,
+    complete: Complete | None = None,
+    alone: bool = True,
 ) -> Iterator[np.ndarray]:
     """Yield the chunk's audio window by window, as the engine's jobs make it; joined, the pieces are as long as
     the whole chunk's audio. ``paced``: size windows by the decoder's measured speed (module docstring; ``speed``:
     what was learnt on chunks before, for the first window; ``inputs``, ``complete``: ``ChunkWindows``'), playback
     starting with the first window; else ``plan.bounds``. What the caller does between two windows counts against
-    the audio queued."""
+    the audio queued. ``alone``: whether this thread has every core (a warm-up's second round runs side by side)."""
     windows = ChunkWindows(decode, frames, plan, speed, clock, inputs, complete)
     fixed = iter(plan.bounds(frames))
     yielded_s, playing_since = 0.0, 0.0
@@ -319,10 +332,10 @@ def decode_in_windows(
 
     while not windows.done:
         if paced:
-            piece = windows.next_window(queued_s)
+            piece = windows.next_window(queued_s, alone=alone)
         else:
             start, stop = next(fixed)
-            piece = windows.decode(stop - start)
+            piece = windows.decode(stop - start, alone=alone)
         if not yielded_s:
             playing_since = clock()
         yielded_s += piece.size / SAMPLE_RATE

@@ -27,16 +27,27 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+# Every inference call takes ``alone``: whether its job has every core to itself, as the scheduler started it
+# (engine/scheduler.py; backends/ort_sessions.py says why it matters). Outside the scheduler (a warm-up, a tool, a
+# test) a call has the machine to itself: hence the default.
+
+
 class Stages(Protocol):
     """Kokoro in stages (stages.py): the prosody front once per chunk, then the decoder window by window; the
     generator's input for the whole chunk is made once, for the windows after the first (``complete``)."""
 
-    def front(self, tokens: list[int], style: np.ndarray, speed: float) -> Prosody: ...
+    def front(self, tokens: list[int], style: np.ndarray, speed: float, *, alone: bool = True) -> Prosody: ...
 
-    def complete(self, prosody: Prosody) -> Prosody: ...
+    def complete(self, prosody: Prosody, *, alone: bool = True) -> Prosody: ...
 
     def decode(
-        self, prosody: Prosody, start: int = 0, stop: int | None = None, pool: ChunkPool | None = None
+        self,
+        prosody: Prosody,
+        start: int = 0,
+        stop: int | None = None,
+        pool: ChunkPool | None = None,
+        *,
+        alone: bool = True,
     ) -> np.ndarray: ...
 
     def norm_pool(self, voice: str, tokens: Sequence[int], prosody: Prosody) -> ChunkPool: ...
@@ -46,19 +57,19 @@ class Backend(Protocol):
     name: str
     device: str
     model_file: str  # the weights file, relative to the layout (its checksum is in the manifest)
-    parallel_jobs: int  # inference jobs the scheduler may run side by side (backends/threads.py)
+    parallel_jobs: int  # inference jobs the scheduler may run side by side (backends/ort_sessions.py)
 
     @property
     def stages(self) -> Stages | None:
         """The stages for windowed decoding; None: this backend synthesizes whole chunks only."""
         ...
 
-    def synthesize(self, tokens: list[int], style: np.ndarray, speed: float) -> np.ndarray:
+    def synthesize(self, tokens: list[int], style: np.ndarray, speed: float, *, alone: bool = True) -> np.ndarray:
         """Float32 mono audio at 24 kHz for at most 510 phoneme tokens; blocking, called from a worker thread."""
         ...
 
     def synthesize_timed(
-        self, tokens: list[int], style: np.ndarray, speed: float
+        self, tokens: list[int], style: np.ndarray, speed: float, *, alone: bool = True
     ) -> tuple[np.ndarray, np.ndarray | None]:
         """``synthesize``, with the predicted frames per token (pad tokens included) when the graph gives them: the
         torch KModel does; the shipped monolithic ONNX graph outputs audio only (its stages have them: stages.py)."""

@@ -38,7 +38,7 @@ class OnnxBackend:
         if device == "cuda" and not want_cuda:
             raise RuntimeError(f"KOKORO_DEVICE=cuda but onnxruntime offers only {available}")
         providers = ["CUDAExecutionProvider", "CPUExecutionProvider"] if want_cuda else ["CPUExecutionProvider"]
-        # Jobs side by side: ``workers``, else a core each on a CPU (threads.py); one at a time on a GPU.
+        # Jobs side by side: ``workers``, else a core each on a CPU (ort_sessions.py); one at a time on a GPU.
         self.parallel_jobs = workers or (1 if want_cuda else (os.cpu_count() or 1))
         self.device = "cuda" if want_cuda else "cpu"
         self.model_file = model_path.name
@@ -52,29 +52,29 @@ class OnnxBackend:
         if self.stages is None:  # with the stages the monolithic graph is not loaded: its memory is theirs
             self._session = SessionPair(model_path, threads, self.parallel_jobs, providers)
             # Exports differ in naming (the PyPI mirror: tokens → audio; onnx-community: input_ids → waveform).
-            inputs = {i.name for i in self._session.get().get_inputs()}
+            inputs = {i.name for i in self._session.get(alone=True).get_inputs()}  # both sessions: one graph
             self._tokens_input = "input_ids" if "input_ids" in inputs else "tokens"
-            self._audio_output = self._session.get().get_outputs()[0].name
+            self._audio_output = self._session.get(alone=True).get_outputs()[0].name
 
-    def synthesize(self, tokens: list[int], style: np.ndarray, speed: float) -> np.ndarray:
-        return self.synthesize_timed(tokens, style, speed)[0]
+    def synthesize(self, tokens: list[int], style: np.ndarray, speed: float, *, alone: bool = True) -> np.ndarray:
+        return self.synthesize_timed(tokens, style, speed, alone=alone)[0]
 
     def synthesize_timed(
-        self, tokens: list[int], style: np.ndarray, speed: float
+        self, tokens: list[int], style: np.ndarray, speed: float, *, alone: bool = True
     ) -> tuple[np.ndarray, np.ndarray | None]:
         if self.stages is not None:
-            prosody = self.stages.front(tokens, style, speed)
-            return self.stages.decode(prosody), prosody.durations
+            prosody = self.stages.front(tokens, style, speed, alone=alone)
+            return self.stages.decode(prosody, alone=alone), prosody.durations
         # The export's only output is the audio: no durations, so no word timings.
         feeds = {
             self._tokens_input: np.array([[0, *tokens, 0]], dtype=np.int64),
             "style": np.asarray(style, dtype=np.float32).reshape(1, -1),
             "speed": np.array([speed], dtype=np.float32),
         }
-        (audio,) = self._session.get().run([self._audio_output], feeds, RUN_OPTIONS)
+        (audio,) = self._session.get(alone).run([self._audio_output], feeds, RUN_OPTIONS)
         return np.asarray(audio, dtype=np.float32).reshape(-1), None
 
     @property
     def session(self) -> ort.InferenceSession:
         """The monolithic graph's session, as a job alone runs it (the peer benchmark hands it to kokoro-onnx)."""
-        return self._session.get()
+        return self._session.get(alone=True)

@@ -1,11 +1,16 @@
 """onnxruntime sessions as the server runs them: thread counts, and memory that goes back to the OS.
 
-A graph is loaded twice when jobs may run side by side (``SessionPair``, backends/threads.py). Each onnxruntime session
-would keep its own CPU arena, grown to its largest run and never returned: under load the server's memory then rose in
-steps of the arenas' doubling. So every session of the process allocates from one shared arena, each run hands the
-arena's free regions back (``RUN_OPTIONS``), and glibc's mmap threshold is fixed so a freed region is unmapped rather
-than kept in its heap (glibc raises the threshold after each large free, and later large blocks then stay in the heap).
-RSS then stays flat at the same speed (docs/engine.md).
+A graph is loaded twice when jobs may run side by side (``SessionPair``): on a CPU, one job on every core gives a
+lone session its first audio soonest, but several jobs side by side, a core each, get through more work: intra-op
+threads parallelise a short window poorly (docs/engine.md). So the scheduler runs a job alone, on every core, when
+nothing else is waiting, and side by side otherwise (engine/scheduler.py), and tells the job which: the job passes
+that ``alone`` down to ``SessionPair.get``.
+
+Each onnxruntime session would keep its own CPU arena, grown to its largest run and never returned: under load the
+server's memory then rose in steps of the arenas' doubling. So every session of the process allocates from one
+shared arena, each run hands the arena's free regions back (``RUN_OPTIONS``), and glibc's mmap threshold is fixed so
+a freed region is unmapped rather than kept in its heap (glibc raises the threshold after each large free, and later
+large blocks then stay in the heap). RSS then stays flat at the same speed (docs/engine.md).
 """
 
 from __future__ import annotations
@@ -18,8 +23,6 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import onnxruntime as ort
-
-from kokoro_tts.engine.backends.threads import alone
 
 _M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter
 _MMAP_THRESHOLD_BYTES = 4 << 20  # the arena grows in regions of 1 MB and up; its large ones are the ones to unmap
@@ -74,7 +77,7 @@ def session(path: Path, threads: int = 0, providers: Sequence[str] = ("CPUExecut
 
 class SessionPair:
     """One graph, loaded twice when the thread counts differ: on ``threads`` cores (0: all) for a job that runs
-    alone, on its share of them when ``parallel`` jobs run side by side (threads.py)."""
+    alone, on its share of them when ``parallel`` jobs run side by side (the module docstring)."""
 
     def __init__(self, path: Path, threads: int, parallel: int, providers: Sequence[str]) -> None:
         wide = threads or (os.cpu_count() or 1)
@@ -82,5 +85,6 @@ class SessionPair:
         self._alone = session(path, wide, providers)
         self._shared = self._alone if narrow == wide else session(path, narrow, providers)
 
-    def get(self) -> ort.InferenceSession:
-        return self._alone if alone() else self._shared
+    def get(self, alone: bool) -> ort.InferenceSession:
+        """The session for a job that runs ``alone`` (every core), or side by side (its share of them)."""
+        return self._alone if alone else self._shared

@@ -178,7 +178,7 @@ class OnnxStages:
 
     @staticmethod
     def _norm_channels(graph: SessionPair) -> int:
-        inputs = {i.name: i.shape for i in graph.get().get_inputs()}
+        inputs = {i.name: i.shape for i in graph.get(alone=True).get_inputs()}  # both sessions: one graph
         return int(inputs[NORM_INPUTS[0]][1])
 
     def norm_pool(self, voice: str, tokens: Sequence[int], prosody: Prosody) -> ChunkPool:
@@ -196,36 +196,44 @@ class OnnxStages:
             NormPool(silence * features[0] + (1.0 - silence) * features[1]),
         )
 
-    def front(self, tokens: list[int], style: np.ndarray, speed: float) -> Prosody:
+    def front(self, tokens: list[int], style: np.ndarray, speed: float, *, alone: bool = True) -> Prosody:
         style = np.asarray(style, dtype=np.float32).reshape(1, -1)
         feeds = {
             "tokens": np.array([[0, *tokens, 0]], dtype=np.int64),
             "style": style,
             "speed": np.array([speed], dtype=np.float32),
         }
-        aligned, f0, energy, durations = self._front.get().run(list(FRONT_OUTPUTS), feeds, RUN_OPTIONS)
+        aligned, f0, energy, durations = self._front.get(alone).run(list(FRONT_OUTPUTS), feeds, RUN_OPTIONS)
         return Prosody(aligned, f0, energy, np.asarray(durations).reshape(-1), style)
 
     def features(
-        self, prosody: Prosody, stop: int | None = None, pool: NormPool | None = None
+        self, prosody: Prosody, stop: int | None = None, pool: NormPool | None = None, *, alone: bool = True
     ) -> tuple[np.ndarray, np.ndarray]:
         """The generator's input (features, harmonics) made from aligned frames [0, stop) (all: the whole chunk),
         normalised with ``pool``, whose statistics then take in these frames' own; without one, by their own."""
         stop = prosody.frames if stop is None else min(stop, prosody.frames)
         feeds = prosody.prefix(stop) | (pool or NormPool()).feeds(stop, self.features_channels)
-        features, harmonics, moments = self._features.get().run([*FEATURES_OUTPUTS, NORM_OUTPUT], feeds, RUN_OPTIONS)
+        features, harmonics, moments = self._features.get(alone).run(
+            [*FEATURES_OUTPUTS, NORM_OUTPUT], feeds, RUN_OPTIONS
+        )
         if pool is not None:
             pool.add(stop, moments)
         return features, harmonics
 
-    def complete(self, prosody: Prosody) -> Prosody:
+    def complete(self, prosody: Prosody, *, alone: bool = True) -> Prosody:
         """Make the whole chunk's features, as the export does (once: later calls return at once)."""
         if prosody.features is None:
-            prosody.features, prosody.harmonics = self.features(prosody)
+            prosody.features, prosody.harmonics = self.features(prosody, alone=alone)
         return prosody
 
     def decode(
-        self, prosody: Prosody, start: int = 0, stop: int | None = None, pool: ChunkPool | None = None
+        self,
+        prosody: Prosody,
+        start: int = 0,
+        stop: int | None = None,
+        pool: ChunkPool | None = None,
+        *,
+        alone: bool = True,
     ) -> np.ndarray:
         """Audio for aligned frames [start, stop), normalised with ``pool``, whose statistics then take in the
         window's own; without one, each layer normalises by the frames it is given: the export's arithmetic. A
@@ -233,15 +241,15 @@ class OnnxStages:
         window makes the chunk's first (``complete``)."""
         stop = prosody.frames if stop is None else stop
         if prosody.features is None and pool is not None and start == 0:
-            features, harmonics = self.features(prosody, stop + FEATURES_CONTEXT, pool.features)
+            features, harmonics = self.features(prosody, stop + FEATURES_CONTEXT, pool.features, alone=alone)
         else:
-            self.complete(prosody)
+            self.complete(prosody, alone=alone)
             assert prosody.features is not None and prosody.harmonics is not None
             features, harmonics = prosody.features, prosody.harmonics
         generator = pool.generator if pool is not None else None
         feeds = generator_feeds(features, harmonics, prosody.style, start, stop)
         feeds |= (generator or NormPool()).feeds(stop - start, self.channels)
-        audio, moments = self._decoder.get().run(["audio", NORM_OUTPUT], feeds, RUN_OPTIONS)
+        audio, moments = self._decoder.get(alone).run(["audio", NORM_OUTPUT], feeds, RUN_OPTIONS)
         if generator is not None:
             generator.add(stop - start, moments)
         return np.asarray(audio, dtype=np.float32).reshape(-1)

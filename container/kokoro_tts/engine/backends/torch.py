@@ -115,10 +115,13 @@ class TorchBackend:
         self.stages: Stages | None = None
         self._model = load_kmodel(config_path, model_path).to(self.device).eval()
 
-    def synthesize(self, tokens: list[int], style: np.ndarray, speed: float) -> np.ndarray:
+    def synthesize(self, tokens: list[int], style: np.ndarray, speed: float, *, alone: bool = True) -> np.ndarray:
         return self.synthesize_timed(tokens, style, speed)[0]
 
-    def synthesize_timed(self, tokens: list[int], style: np.ndarray, speed: float) -> tuple[np.ndarray, np.ndarray]:
+    def synthesize_timed(
+        self, tokens: list[int], style: np.ndarray, speed: float, *, alone: bool = True
+    ) -> tuple[np.ndarray, np.ndarray]:
+        # ``alone`` is not read: torch keeps one thread pool, whatever runs beside this job.
         torch = self._torch
         with torch.inference_mode():
             input_ids = torch.tensor([[0, *tokens, 0]], dtype=torch.long, device=self.device)
