@@ -15,11 +15,12 @@ import asyncio
 import base64
 import hashlib
 import json
+import shlex
 import shutil
 import subprocess
 import sys
 import urllib.request
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -79,202 +80,25 @@ def _aws_env(fake_aws_env: None) -> None:
     """Every test here talks to moto or a stand-in, never the real account (see conftest.fake_aws_env)."""
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# Fakes for the subprocess tests: terraform and docker as small Python programs that log each call and act on
-# the moto server (AWS_ENDPOINT_URL) the way the real tools would act on AWS.
-
-FAKE_TERRAFORM = r"""
-import hashlib, json, os, re, sys
-from pathlib import Path
-
-args = sys.argv[1:]
-root = Path(args.pop(0).split("=", 1)[1]) if args and args[0].startswith("-chdir=") else None
-name = root.name if root else None
-with open(os.environ["FAKE_LOG"], "a") as f:
-    entry = {"tool": "terraform", "root": name, "args": args, "region": os.environ.get("AWS_REGION")}
-    f.write(json.dumps(entry) + "\n")
-if os.environ.get("FAKE_TF_FAIL") == f"{name} {args[0]}":
-    sys.exit("fake terraform: failing as asked")
-if args[0] == "version":
-    print(json.dumps({"terraform_version": os.environ.get("FAKE_TF_VERSION", "1.11.4"), "platform": "linux_amd64"}))
-    sys.exit(0)
-state_path = root / "terraform.tfstate"
-state = json.loads(state_path.read_text()) if state_path.exists() else {"outputs": {}, "resources": []}
-ACCOUNT = "123456789012"
+# The subprocess tests' terraform and docker: tests/support/fakes/terraform.py and docker.py, which log each call and
+# act on the moto server (AWS_ENDPOINT_URL) the way the real tools would act on AWS.
+FAKES = REPO / "tests" / "support" / "fakes"
 
 
-def variables():
-    values = {}
-    for i, arg in enumerate(args):
-        if arg.startswith("-var-file="):
-            values.update(json.loads((root / arg.split("=", 1)[1]).read_text()))
-        elif arg == "-var":
-            key, _, value = args[i + 1].partition("=")
-            values[key] = value
-    return values
-
-
-def aws(service, region):
-    import boto3
-    return boto3.client(service, region_name=region)
-
-
-def save(outputs, resources):
-    doc = {"version": 4, "outputs": {k: {"value": v, "type": "string"} for k, v in outputs.items()},
-           "resources": [{"mode": "managed", "type": r} for r in resources]}
-    state_path.write_text(json.dumps(doc))
-
-
-command = args[0]
-if command == "init":
-    pass
-elif command == "apply" and name == "shared":
-    v = variables()
-    region = v.get("region", "us-east-1")
-    ecr, urls = aws("ecr", region), {}
-    for repo in ("tts", "agent"):
-        try:
-            urls[repo] = ecr.create_repository(repositoryName=f"kokoro-tts/{repo}")["repository"]["repositoryUri"]
-        except ecr.exceptions.RepositoryAlreadyExistsException:
-            found = ecr.describe_repositories(repositoryNames=[f"kokoro-tts/{repo}"])["repositories"][0]
-            urls[repo] = found["repositoryUri"]
-    bucket = "kokoro-tts-weights-test"
-    s3 = aws("s3", region)
-    if bucket not in {b["Name"] for b in s3.list_buckets()["Buckets"]}:
-        s3.create_bucket(Bucket=bucket)
-    save({"region": region, "tts_repository_url": urls["tts"], "agent_repository_url": urls["agent"],
-          "weights_bucket_name": bucket, "weights_prefix": "kokoro-82m/v1.0/",
-          "weights_s3_uri": f"s3://{bucket}/kokoro-82m/v1.0/",
-          "weights_kms_key_arn": f"arn:aws:kms:{region}:{ACCOUNT}:key/1234abcd-12ab-34cd-56ef-1234567890ab"},
-         ["aws_ecr_repository.this", "aws_s3_bucket.this"])
-elif command == "apply" and name == "deployment":
-    v = variables()
-    region = v["region"]
-    sm, scaling = aws("sagemaker", region), aws("application-autoscaling", region)
-    # moto rejects ml.g5/ml.g6/ml.c7i types (terraform/README.md, the moto run): those run as ml.m5.large here.
-    wanted = v["instance_type"]
-    instance = "ml.m5.large" if wanted.startswith(("ml.g5.", "ml.g6.", "ml.c7i.")) else wanted
-    model = "kokoro-tts-" + hashlib.sha256(v["tts_image_uri"].encode()).hexdigest()[:8]
-    # The module's names: a new image or instance type is a new configuration; a new initial count alone is not
-    # (ignore_changes), but a new configuration starts with it.
-    config = model + "-" + hashlib.sha256(wanted.encode()).hexdigest()[:4]
-    variant_config = {"VariantName": "AllTraffic", "ModelName": model, "InstanceType": instance,
-                      "InitialInstanceCount": int(v["initial_instance_count"])}
-    # The module's rule: the GPU host image on ml.g*/ml.p* only.
-    if re.match(r"ml\.[gp][0-9]", wanted):
-        variant_config["InferenceAmiVersion"] = v.get("inference_ami_version", "al2-ami-sagemaker-inference-gpu-3-1")
-    if model not in {m["ModelName"] for m in sm.list_models()["Models"]}:
-        sm.create_model(ModelName=model, ExecutionRoleArn=f"arn:aws:iam::{ACCOUNT}:role/kokoro-tts-sagemaker",
-                        PrimaryContainer={"Image": v["tts_image_uri"]})
-    if config not in {c["EndpointConfigName"] for c in sm.list_endpoint_configs()["EndpointConfigs"]}:
-        sm.create_endpoint_config(EndpointConfigName=config, ProductionVariants=[variant_config])
-    variant = "endpoint/kokoro-tts/variant/AllTraffic"
-    dimension = "sagemaker:variant:DesiredInstanceCount"
-    if sm.list_endpoints()["Endpoints"]:
-        current = sm.describe_endpoint(EndpointName="kokoro-tts")["EndpointConfigName"]
-        if current != config:
-            # SageMaker's refusal, which moto does not enforce ("Update endpoints that use auto scaling").
-            before = sm.describe_endpoint_config(EndpointConfigName=current)["ProductionVariants"][0]["InstanceType"]
-            registered = scaling.describe_scalable_targets(ServiceNamespace="sagemaker", ResourceIds=[variant])
-            if before != instance and registered["ScalableTargets"]:
-                sys.exit("fake terraform: UpdateEndpoint: ValidationException: the instance type of variant AllTraffic "
-                         "cannot change while it is registered for autoscaling: deregister it first")
-            # UpdateEndpoint: moto has none, so the endpoint is made again on the new configuration, with its
-            # initial count, as the provider's UpdateEndpoint (no RetainAllVariantProperties) leaves it.
-            sm.delete_endpoint(EndpointName="kokoro-tts")
-            sm.create_endpoint(EndpointName="kokoro-tts", EndpointConfigName=config)
-    else:
-        sm.create_endpoint(EndpointName="kokoro-tts", EndpointConfigName=config)
-    # aws_appautoscaling_target and _policy, after the endpoint they refer to: registered (again).
-    scaling.register_scalable_target(ServiceNamespace="sagemaker", ResourceId=variant, ScalableDimension=dimension,
-                                     MinCapacity=int(v["min_instance_count"]), MaxCapacity=int(v["max_instance_count"]))
-    scaling.put_scaling_policy(
-        PolicyName="kokoro-tts-concurrent-requests", ServiceNamespace="sagemaker", ResourceId=variant,
-        ScalableDimension=dimension, PolicyType="TargetTrackingScaling",
-        TargetTrackingScalingPolicyConfiguration={"TargetValue": 16.0, "PredefinedMetricSpecification": {
-            "PredefinedMetricType": "SageMakerVariantConcurrentRequestsPerModelHighResolution"}})
-    save({"endpoint_name": "kokoro-tts", "endpoint_arn": f"arn:aws:sagemaker:{region}:{ACCOUNT}:endpoint/kokoro-tts",
-          "sagemaker_model_name": model, "instance_type": wanted,
-          "agent_runtime_arn": f"arn:aws:bedrock-agentcore:{region}:{ACCOUNT}:runtime/kokoro_tts_agent-AbCdE12345"},
-         ["aws_sagemaker_endpoint.this", "aws_appautoscaling_target.this", "aws_cloudformation_stack.runtime"])
-elif command == "output":
-    values = {k: o["value"] for k, o in state["outputs"].items()}
-    if "-json" in args:
-        print(json.dumps({k: {"value": v, "type": "string", "sensitive": False} for k, v in values.items()}))
-    elif args[-1] in values:
-        sys.stdout.write(str(values[args[-1]]))
-    else:
-        sys.exit(f"fake terraform: no output {args[-1]}")
-elif command == "state" and args[1] == "list":
-    for resource in state["resources"]:
-        print(resource["type"])
-elif command == "destroy":
-    variables()  # terraform needs every variable to destroy too
-    state_path.unlink(missing_ok=True)
-else:
-    sys.exit(f"fake terraform: unexpected {args}")
-"""
-
-FAKE_DOCKER = r"""
-import hashlib, json, os, sys
-from pathlib import Path
-
-args = sys.argv[1:]
-log = Path(os.environ["FAKE_LOG"])
-with log.open("a") as f:
-    f.write(json.dumps({"tool": "docker", "args": args}) + "\n")
-logged_in = log.with_name("docker-logged-in")
-if args[:1] == ["info"]:
-    if os.environ.get("FAKE_DOCKER_ENGINE") == "down":
-        sys.exit("Cannot connect to the Docker daemon at unix:///var/run/docker.sock. Is the docker daemon running?")
-    print("28.2.2")
-elif args[:2] == ["buildx", "version"]:
-    if os.environ.get("FAKE_BUILDX") == "missing":
-        sys.exit("docker: unknown command: docker buildx")
-    print("github.com/docker/buildx v0.24.0 d0e5e86")
-elif args[:2] == ["buildx", "inspect"]:
-    platforms = os.environ.get("FAKE_PLATFORMS", "linux/amd64, linux/amd64/v2, linux/arm64*, linux/386")
-    print(f"Name:   default\nDriver: docker\n\nNodes:\nName:      default\nStatus:    running\nPlatforms: {platforms}")
-elif args[:3] == ["buildx", "imagetools", "inspect"]:
-    if args[3:5] != ["--format", "{{json .Manifest}}"] or len(args) != 6:
-        sys.exit(f"fake docker: unexpected {args}")
-    # The registry's answer for a multi-platform tag: its index, whose digest the fake derives from the name.
-    print(json.dumps({"schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json",
-        "digest": "sha256:" + hashlib.sha256(args[5].encode()).hexdigest(), "size": 9218, "manifests": []}, indent=2))
-elif args[:1] == ["login"]:
-    password = sys.stdin.read()
-    if args[1:4] != ["--username", "AWS", "--password-stdin"] or not password:
-        sys.exit(f"fake docker: bad login {args}")
-    logged_in.write_text(args[4])
-elif args[:2] == ["buildx", "build"]:
-    opts = {args[i]: args[i + 1] for i in range(2, len(args) - 1) if args[i] in ("--platform", "-f", "-t")}
-    repo, tag = opts["-t"].rsplit(":", 1)
-    if "--push" not in args or not logged_in.exists() or logged_in.read_text() != repo.split("/")[0]:
-        sys.exit("fake docker: push without a login to that registry")
-    config = json.dumps({"platform": opts["--platform"], "dockerfile": opts["-f"], "tag": tag}).encode()
-    manifest = json.dumps({"schemaVersion": 2, "mediaType": "application/vnd.docker.distribution.manifest.v2+json",
-        "config": {"mediaType": "application/vnd.docker.container.image.v1+json", "size": len(config),
-                   "digest": "sha256:" + hashlib.sha256(config).hexdigest()}, "layers": []})
-    import boto3
-    boto3.client("ecr", region_name=repo.split(".")[3]).put_image(
-        repositoryName=repo.split("/", 1)[1], imageManifest=manifest, imageTag=tag,
-        imageDigest="sha256:" + hashlib.sha256(manifest.encode()).hexdigest())
-else:
-    sys.exit(f"fake docker: unexpected {args}")
-"""
-
-
-def tool_dir(tmp_path: Path, *, basics: bool = True, git: bool = True, fakes: Mapping[str, str] = {}) -> Path:
-    """A PATH directory with exactly these tools: the basics (symlinks), git, and fakes (Python programs)."""
+def tool_dir(tmp_path: Path, *, basics: bool = True, git: bool = True, fakes: Iterable[str] = ()) -> Path:
+    """A PATH directory with exactly these tools: the basics (symlinks), git, and fakes (support/fakes/NAME.py,
+    run by this test's interpreter)."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
     for name in (*(BASIC_TOOLS if basics else ()), *(("git",) if git else ())):
         found = shutil.which(name)
         assert found, f"{name} is needed by the test"
         (bin_dir / name).symlink_to(found)
-    for name, source in fakes.items():
+    for name in fakes:
+        program = FAKES / f"{name}.py"
+        assert program.is_file(), f"no fake {name} in {FAKES}"
         path = bin_dir / name
-        path.write_text(f"#!{sys.executable}\n{source}")
+        path.write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} {shlex.quote(str(program))} "$@"\n')
         path.chmod(0o755)
     return bin_dir
 
@@ -395,7 +219,7 @@ def test_preflight_names_every_missing_prerequisite_in_one_message(tmp_path: Pat
 def test_preflight_names_a_stopped_engine_missing_buildx_old_terraform_bad_credentials_no_torch_weights(
     tmp_path: Path,
 ) -> None:
-    bin_dir = tool_dir(tmp_path, basics=False, fakes={"terraform": FAKE_TERRAFORM, "docker": FAKE_DOCKER})
+    bin_dir = tool_dir(tmp_path, basics=False, fakes=("terraform", "docker"))
     layout = write_layout(tmp_path / "onnx-only", with_torch=False)
     env = clean_env(
         tmp_path,
@@ -430,7 +254,7 @@ def test_preflight_names_a_stopped_engine_missing_buildx_old_terraform_bad_crede
 def test_preflight_passes_and_says_what_it_found(
     tmp_path: Path, moto_url: str, account_url: str, torch_layout: Path
 ) -> None:
-    bin_dir = tool_dir(tmp_path, basics=False, fakes={"terraform": FAKE_TERRAFORM, "docker": FAKE_DOCKER})
+    bin_dir = tool_dir(tmp_path, basics=False, fakes=("terraform", "docker"))
     env = clean_env(
         tmp_path,
         bin_dir,
@@ -450,7 +274,7 @@ def test_preflight_passes_and_says_what_it_found(
 
 
 def test_preflight_wants_a_builder_for_both_platforms(tmp_path: Path) -> None:
-    bin_dir = tool_dir(tmp_path, basics=False, git=False, fakes={"docker": FAKE_DOCKER})
+    bin_dir = tool_dir(tmp_path, basics=False, git=False, fakes=("docker",))
     env = clean_env(
         tmp_path, bin_dir, FAKE_LOG=str(tmp_path / "log"), FAKE_PLATFORMS="linux/amd64, linux/amd64/v2, linux/386"
     )
@@ -488,7 +312,7 @@ def test_preflight_checks_the_inputs_and_the_weights(tmp_path: Path) -> None:
 
 def test_deploy_sh_changes_nothing_when_the_preflight_fails(tmp_path: Path) -> None:
     checkout = make_checkout(tmp_path)
-    bin_dir = tool_dir(tmp_path, fakes={"terraform": FAKE_TERRAFORM, "docker": FAKE_DOCKER})
+    bin_dir = tool_dir(tmp_path, fakes=("terraform", "docker"))
     log = tmp_path / "tools.jsonl"
     env = clean_env(tmp_path, bin_dir, FAKE_LOG=str(log), WEIGHTS_DIR=str(tmp_path / "none"))
     result = subprocess.run(
@@ -1007,7 +831,7 @@ def commands(log: Path, start: int = 0) -> list[str]:
 
 @pytest.fixture
 def deploy_env(tmp_path: Path, moto_url: str, account_url: str, torch_layout: Path) -> dict[str, str]:
-    bin_dir = tool_dir(tmp_path, fakes={"terraform": FAKE_TERRAFORM, "docker": FAKE_DOCKER})
+    bin_dir = tool_dir(tmp_path, fakes=("terraform", "docker"))
     return clean_env(
         tmp_path,
         bin_dir,
@@ -1151,7 +975,7 @@ async def test_deploy_sh_end_to_end_then_again_then_destroy(
 
 
 BASE = "python:3.12-slim-bookworm"
-BASE_DIGEST = "sha256:" + hashlib.sha256(BASE.encode()).hexdigest()  # what FAKE_DOCKER's registry answers
+BASE_DIGEST = "sha256:" + hashlib.sha256(BASE.encode()).hexdigest()  # what the fake docker's registry answers
 
 
 @pytest.mark.parametrize("dockerfile", ["container/Dockerfile", "agent/Dockerfile"])
@@ -1180,7 +1004,7 @@ def test_the_base_digest_is_read_from_imagetools_json_and_checked() -> None:
 def test_the_base_image_command_resolves_through_docker(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    bin_dir = tool_dir(tmp_path, basics=False, git=False, fakes={"docker": FAKE_DOCKER})
+    bin_dir = tool_dir(tmp_path, basics=False, git=False, fakes=("docker",))
     monkeypatch.setenv("FAKE_LOG", str(tmp_path / "tools.jsonl"))
     argv = ["base-image", "--dockerfile", str(REPO / "agent/Dockerfile"), "--docker", str(bin_dir / "docker")]
     assert main(argv) == 0
