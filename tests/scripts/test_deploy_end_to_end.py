@@ -10,13 +10,14 @@ import asyncio
 import json
 import subprocess
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 import boto3
 import pytest
 from kokoro_tts.weights.layout import TORCH
 from support.agent_fixtures import FAST, agent_settings, make_model
-from support.agentcore_standin import HealthStandin, deployed_agent, running
+from support.agentcore_standin import AgentCoreStandin, HealthStandin, deployed_agent, running
 from support.deploy_harness import (
     ACCOUNT,
     AGENT_REPO,
@@ -25,6 +26,7 @@ from support.deploy_harness import (
     MODEL_ID,
     REGION,
     TTS_REPO,
+    docker_builds,
     git,
     make_checkout,
     tool_calls,
@@ -33,6 +35,7 @@ from support.inproc_server import RunningServer
 from support.sagemaker import Certs, sagemaker
 
 from scripts.deploy.ecr import Repository, image_digest
+from scripts.sagemaker_standin import StandIn
 from scripts.servers import free_port
 
 RUNTIME_ARN = f"arn:aws:bedrock-agentcore:{REGION}:{ACCOUNT}:runtime/kokoro_tts_agent-AbCdE12345"
@@ -64,14 +67,21 @@ def commands(log: Path, start: int = 0) -> list[str]:
     return lines
 
 
-async def test_deploy_sh_end_to_end_then_again_then_destroy(
-    server: RunningServer, certs: Certs, deploy_env: dict[str, str], tmp_path: Path
-) -> None:
-    checkout = make_checkout(tmp_path)
-    log = Path(deploy_env["FAKE_LOG"])
-    rev = git(checkout, "rev-parse", "--short", "HEAD")
-    deploy = [str(checkout / "scripts/deploy/deploy.sh")]
+@dataclass
+class FirstDeploy:
+    """The first deploy.sh run and the stand-ins its smoke tests spoke to."""
 
+    code: int
+    out: str
+    sagemaker: StandIn  # the bidirectional stream
+    health: HealthStandin  # InvokeEndpoint's health answer
+    runtime: AgentCoreStandin  # InvokeAgentRuntime, in front of the real agent app
+
+
+async def deploy_with_standins(
+    checkout: Path, deploy_env: dict[str, str], server: RunningServer, certs: Certs
+) -> FirstDeploy:
+    """deploy.sh with every smoke test going to a stand-in in front of the real TTS server and agent app."""
     health = HealthStandin("kokoro-tts", HEALTHY_GPU)
     agent = agent_settings(f"http://127.0.0.1:{server.port}")
     with (
@@ -86,10 +96,11 @@ async def test_deploy_sh_end_to_end_then_again_then_destroy(
                 "AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME": health_url,
                 "AWS_ENDPOINT_URL_BEDROCK_AGENTCORE": runtime_url,
             }
-            code, out = await run_script(deploy, env, checkout)
-    assert code == 0, out
+            code, out = await run_script([str(checkout / "scripts/deploy/deploy.sh")], env, checkout)
+    return FirstDeploy(code, out, app, health, runtime)
 
-    # Every step, in order, each tool called as the real one would be.
+
+def assert_every_step_in_order(log: Path) -> None:
     assert commands(log) == [
         "terraform version",
         "docker info",
@@ -111,12 +122,15 @@ async def test_deploy_sh_end_to_end_then_again_then_destroy(
         "terraform deployment apply",
         "terraform deployment output",
     ]
+
+
+def assert_each_tool_called_as_the_real_one_would_be(log: Path, deploy_env: dict[str, str], rev: str, out: str) -> None:
     calls = tool_calls(log)
     init = next(c for c in calls if c["tool"] == "terraform" and c["args"][0] == "init")
     assert f"-plugin-dir={deploy_env['TF_PLUGIN_DIR']}" in init["args"]
     shared_apply = next(c for c in tool_calls(log, "terraform") if c["root"] == "shared" and c["args"][0] == "apply")
     assert {"-auto-approve", "-var", "region=us-east-1"} <= set(shared_apply["args"])
-    builds = [c["args"] for c in tool_calls(log, "docker") if c["args"][:2] == ["buildx", "build"]]
+    builds = docker_builds(log)
     for argv, platform, dockerfile, repo in (
         (builds[0], "linux/amd64", "container/Dockerfile", TTS_REPO),
         (builds[1], "linux/arm64", "agent/Dockerfile", AGENT_REPO),
@@ -133,7 +147,10 @@ async def test_deploy_sh_end_to_end_then_again_then_destroy(
         assert f"org.opencontainers.image.base.name={BASE}" in argv
         assert f"from {dockerfile}, FROM {BASE}@{BASE_DIGEST}" in out
 
-    # The deployment got the images by the digests ECR holds, and the shared outputs.
+
+def assert_the_deployment_got_the_images_by_digest_and_the_shared_outputs(
+    checkout: Path, deploy_env: dict[str, str], rev: str
+) -> None:
     variables = json.loads((checkout / "terraform/deployment/deploy.tfvars.json").read_text())
     ecr = boto3.client("ecr", region_name=REGION, endpoint_url=deploy_env["AWS_ENDPOINT_URL"])
     for key, repo in (("tts_image_uri", TTS_REPO), ("agent_image_uri", AGENT_REPO)):
@@ -146,33 +163,47 @@ async def test_deploy_sh_end_to_end_then_again_then_destroy(
         1,
         2,
     )
-    # The weights are in the bucket, manifest last.
+
+
+def assert_the_weights_are_in_the_bucket(deploy_env: dict[str, str]) -> None:
+    """The weight layout is in the shared bucket under its prefix, the manifest and the torch weights with it."""
     s3 = boto3.client("s3", region_name=REGION, endpoint_url=deploy_env["AWS_ENDPOINT_URL"])
     keys = [o["Key"] for o in s3.list_objects_v2(Bucket="kokoro-tts-weights-test")["Contents"]]
     assert "kokoro-82m/v1.0/manifest.json" in keys and f"kokoro-82m/v1.0/{TORCH}" in keys
-    # Waited, smoke-tested through the stand-in (two sentences and the close), and said what it deployed.
+
+
+def assert_waited_smoke_tested_and_said_what_it_deployed(first: FirstDeploy) -> None:
+    """Smoke-tested through the stand-ins: two sentences and the close on the stream, the health answer, the
+    runtime's bidirectional invocation."""
+    out = first.out
     assert "endpoint kokoro-tts is InService" in out
     assert "smoke test passed: 2 sentences spoken" in out and "time to first audio" in out
-    [stream] = app.streams
+    [stream] = first.sagemaker.streams
     assert stream.forwarded_frames == 3
     assert "endpoint health: ok, backend torch on cuda" in out
-    assert [h.get("x-amzn-sagemaker-custom-attributes") for h in health.calls] == ["health"]
+    assert [h.get("x-amzn-sagemaker-custom-attributes") for h in first.health.calls] == ["health"]
     assert f"runtime smoke test passed: model bedrock:{MODEL_ID}" in out
-    [invocation] = runtime.invocations
+    [invocation] = first.runtime.invocations
     assert json.loads(invocation.payload)["mode"] == "bidi" and invocation.accept == "text/event-stream"
     assert "SageMaker endpoint:   kokoro-tts" in out
     assert f"AgentCore runtime:    arn:aws:bedrock-agentcore:{REGION}:{ACCOUNT}:runtime/kokoro_tts_agent-" in out
 
-    # Again, unchanged: the images are reused (immutable tags), the weights are not uploaded again.
+
+async def deploy_again_unchanged(checkout: Path, deploy_env: dict[str, str], log: Path) -> None:
+    """The images are reused (immutable tags), the weights are not uploaded again."""
     before = len(tool_calls(log))
-    code, out = await run_script(deploy, {**deploy_env, "SKIP_SMOKE": "1"}, checkout)
+    code, out = await run_script(
+        [str(checkout / "scripts/deploy/deploy.sh")], {**deploy_env, "SKIP_SMOKE": "1"}, checkout
+    )
     assert code == 0, out
     assert out.count("is already in ECR: reusing it") == 2
     assert not any(c["tool"] == "docker" and c["args"][:2] == ["buildx", "build"] for c in tool_calls(log)[before:])
     assert "0 uploaded" in out
     assert "smoke test skipped" in out
 
-    # make destroy: the deployment only, with the var file; then DESTROY_SHARED=1 for the rest.
+
+async def destroy_the_deployment(checkout: Path, deploy_env: dict[str, str], log: Path) -> None:
+    """make destroy: the deployment only, with the var file; it says how to destroy the rest."""
     before = len(tool_calls(log))
     code, out = await run_script([str(checkout / "scripts/deploy/destroy.sh")], deploy_env, checkout)
     assert code == 0, out
@@ -182,6 +213,10 @@ async def test_deploy_sh_end_to_end_then_again_then_destroy(
     assert not (checkout / "terraform/deployment/deploy.tfvars.json").exists()
     assert "make destroy DESTROY_SHARED=1" in out
 
+
+async def destroy_the_shared_root(checkout: Path, deploy_env: dict[str, str], log: Path) -> None:
+    """make destroy DESTROY_SHARED=1 once the deployment is gone: the shared root is applied again with
+    force_destroy=true (so that its repositories and bucket go with what they hold), then destroyed."""
     before = len(tool_calls(log))
     code, out = await run_script(
         [str(checkout / "scripts/deploy/destroy.sh")], {**deploy_env, "DESTROY_SHARED": "1"}, checkout
@@ -191,6 +226,26 @@ async def test_deploy_sh_end_to_end_then_again_then_destroy(
     changes = [c for c in tool_calls(log)[before:] if c["tool"] == "terraform" and c["args"][0] in ("apply", "destroy")]
     assert [(c["root"], c["args"][0]) for c in changes] == [("shared", "apply"), ("shared", "destroy")]
     assert all({"-var", "force_destroy=true", "region=us-east-1"} <= set(c["args"]) for c in changes)
+
+
+async def test_deploy_sh_end_to_end_then_again_then_destroy(
+    server: RunningServer, certs: Certs, deploy_env: dict[str, str], tmp_path: Path
+) -> None:
+    checkout = make_checkout(tmp_path)
+    log = Path(deploy_env["FAKE_LOG"])
+    rev = git(checkout, "rev-parse", "--short", "HEAD")
+
+    first = await deploy_with_standins(checkout, deploy_env, server, certs)
+    assert first.code == 0, first.out
+    assert_every_step_in_order(log)
+    assert_each_tool_called_as_the_real_one_would_be(log, deploy_env, rev, first.out)
+    assert_the_deployment_got_the_images_by_digest_and_the_shared_outputs(checkout, deploy_env, rev)
+    assert_the_weights_are_in_the_bucket(deploy_env)
+    assert_waited_smoke_tested_and_said_what_it_deployed(first)
+
+    await deploy_again_unchanged(checkout, deploy_env, log)
+    await destroy_the_deployment(checkout, deploy_env, log)
+    await destroy_the_shared_root(checkout, deploy_env, log)
 
 
 def test_deploy_sh_says_where_it_failed(deploy_env: dict[str, str], tmp_path: Path) -> None:
