@@ -1,4 +1,4 @@
-"""More prompts than the TTS server can take (issue 13, item 7): every reply ends in its full audio or, promptly,
+"""More prompts than the TTS server can take: every reply ends in its full audio or, promptly,
 in ``tts_busy``; none waits for a timeout. The real agent app and the real TTS server and model, on loopback.
 
 The server's bound on a new request's first-audio wait is lowered so that a burst a few prompts wide is over it

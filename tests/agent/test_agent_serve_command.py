@@ -85,7 +85,8 @@ def test_help_describes_each_option_and_every_environment_variable() -> None:
 
 @pytest.mark.slow
 def test_each_log_line_is_printed_once(server: RunningServer) -> None:
-    """The AgentCore SDK's own logger used to print through its JSON handler and through the root one."""
+    """`voice-agent serve` prints each log line once, in its own format: the AgentCore SDK's logger goes through the
+    root handler only, not through the SDK's JSON handler as well."""
     port = free_port()
     env = {**os.environ, "TTS_URL": server.base_url, "TTS_ENDPOINT_NAME": "", "PYTHONUNBUFFERED": "1"}
     process = subprocess.Popen(
@@ -104,7 +105,7 @@ def test_each_log_line_is_printed_once(server: RunningServer) -> None:
         process.send_signal(signal.SIGTERM)
         output, _ = process.communicate(timeout=30)
     assert output.count("voice agent on 127.0.0.1") == 1, output
-    # The SDK logs how the invocation ended: once, in our format (its JSON handler printed a second copy).
+    # The SDK logs how the invocation ended: once, in our format (no second copy from its JSON handler).
     sdk_lines = [line for line in output.splitlines() if "streaming response" in line]
     assert len(sdk_lines) == 1, output
     assert " bedrock_agentcore" in sdk_lines[0], output

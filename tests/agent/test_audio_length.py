@@ -1,4 +1,4 @@
-"""The agent measures a batch reply's audio from its bytes (issue 28, item 8): every format the server's own
+"""The agent measures a batch reply's audio from its bytes: every format the server's own
 encoders write, cut anywhere by the transport, counts to the audio's length (compressed formats within a frame or
 two of encoder padding)."""
 

@@ -1,7 +1,7 @@
 """The evaluation terraform/tests/iam_authorizer.py holds the deployer policy to (the IAM-enforced moto run of
 `scripts/terraform_checks.sh iam`), on the calls a privilege escalation would make: the committed policy allows
-the deployment's own resources and refuses the same actions on anyone else's, which the policy before issue 25
-allowed everywhere."""
+the deployment's own resources and refuses the same actions on anyone else's, which a policy of the same actions
+on every resource allows: the refusals are the policy's scoping, not the evaluation refusing everything."""
 
 from __future__ import annotations
 
@@ -29,8 +29,9 @@ def committed() -> dict[str, Any]:
     return dict(json.loads((REPO / "docs" / "deployer-policy.json").read_text()))
 
 
-def before_issue_25() -> dict[str, Any]:
-    """The statements of the policy as it was that an escalation uses (docs/deployer-policy.json before issue 25)."""
+def unscoped_policy() -> dict[str, Any]:
+    """The actions an escalation uses, allowed on every resource ("Resource": "*"), as a deployer policy without
+    resource scoping would allow them."""
     return {
         "Version": "2012-10-17",
         "Statement": [
@@ -107,8 +108,8 @@ def test_the_committed_policy_allows_only_the_deployments_resources(call: Call, 
     assert (evaluate([committed()], call) is not None) is allowed
 
 
-def test_the_policy_before_issue_25_allowed_the_escalations() -> None:
-    old = before_issue_25()
+def test_an_unscoped_policy_allows_the_escalations() -> None:
+    old = unscoped_policy()
     escalations = [c for c, allowed in CALLS if not allowed and c.action.split(":")[0] in ("iam", "kms", "s3")]
     let_through = [c.action for c in escalations if evaluate([old], c) is not None]
     assert {"iam:PutRolePolicy", "iam:UpdateAssumeRolePolicy", "kms:PutKeyPolicy", "s3:PutBucketPolicy"} <= set(

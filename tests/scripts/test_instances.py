@@ -1,5 +1,5 @@
 """The preflight and the Terraform validations accept the instance types and host images the AWS provider 5.100 and
-SageMaker accept (issue 25, point 8 and build item 4), and say which image each type runs."""
+SageMaker accept, and say which image each type runs."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """What a new user meets before any server runs: the prerequisites check, where benchmark runs write, and the
-README's claims about both (each friction point from issue 14 that a test can hold)."""
+README's claims about both."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The preflight refuses, before anything is created, what a fresh account or region lacks (issue 25, build item 2):
+"""The preflight refuses, before anything is created, what a fresh account or region lacks:
 no endpoint quota, a Legacy model, a model the account cannot call, a region without AgentCore Runtime; one line
 each telling how to fix it. STS, IAM and AgentCore's control plane are moto's; Service Quotas, Bedrock and Bedrock
 Runtime, which moto does not serve, are tests/support/account_standin.py, in their wire formats.

@@ -1,6 +1,6 @@
 """The short form of `make soak` (scripts/soak.py): the real `serve` process under churn, vanishing sessions and
 bombs returns to its baseline, keeps /ping's p99 under 100 ms, and loses no accepted utterance; clients that flood
-a session unread and reset leave no session slot taken (issue 28); "Hello there." beside a "1-2-" * 75 request
+a session unread and reset leave no session slot taken; "Hello there." beside a "1-2-" * 75 request
 takes at most 3 times its time alone; a few hostile strings through every route hold their bounds."""
 
 from __future__ import annotations

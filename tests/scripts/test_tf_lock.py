@@ -1,4 +1,4 @@
-"""The provider lock works on every platform users deploy from (issue 25, point 1).
+"""The provider lock works on every platform users deploy from.
 
 - The committed locks carry the zh: hashes of every package of the official hashicorp/aws 5.100.0 release, which
   `terraform init` checks a registry download against on any platform, beside the linux_amd64 h1: hash.

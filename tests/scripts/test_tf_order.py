@@ -1,6 +1,6 @@
-"""The deployment root creates what is cheap and can fail before what bills by the hour (issue 25, fail before
-billing): the AgentCore runtime's stack (and the service-linked role its first creation makes) comes before the
-GPU endpoint, so a runtime that cannot be created stops the apply before any instance starts.
+"""The deployment root creates what is cheap and can fail before what bills by the hour: the AgentCore runtime's
+stack (and the service-linked role its first creation makes) comes before the GPU endpoint, so a runtime that cannot
+be created stops the apply before any instance starts.
 
 Read from `terraform graph` of the real root (the provider from the local mirror when there is one).
 """

@@ -1,4 +1,4 @@
-"""Admission control (issue 13, item 7): past the bound on a new request's first-audio wait, HTTP synthesis is
+"""Admission control: past the bound on a new request's first-audio wait, HTTP synthesis is
 refused at once with server_busy and a Retry-After; what is taken is spoken in full. Real Hypercorn, loopback."""
 
 from __future__ import annotations

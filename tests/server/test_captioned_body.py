@@ -1,4 +1,4 @@
-"""POST /dev/captioned_speech reads the /v1/audio/speech body with the same parser (issue 28, item 6): the same
+"""POST /dev/captioned_speech reads the /v1/audio/speech body with the same parser: the same
 models, speeds (0.25–4.0), formats and sample rates, and its pieces name the media type at the rate they are sent.
 Real Hypercorn and model, loopback."""
 

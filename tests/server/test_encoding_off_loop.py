@@ -1,4 +1,4 @@
-"""Audio encoding, resampling and time-stretching run off the event loop (issue 28, item 3): /ping answers within
+"""Audio encoding, resampling and time-stretching run off the event loop: /ping answers within
 SageMaker's 250 ms health-check bound while a bounded burst of requests has its audio encoded to AAC at 48 kHz
 and stretched to speed 0.25, the costliest output there is. Real Hypercorn and model, loopback."""
 

@@ -1,4 +1,4 @@
-"""Hold under attack and churn (issue 13): work only for clients still there, caps that answer server_busy,
+"""Hold under attack and churn: work only for clients still there, caps that answer server_busy,
 bounded jobs, bounded memory per message, connections and bodies released promptly. Real Hypercorn, loopback."""
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ async def test_http_requests_whose_clients_leave_are_not_synthesized(server: Run
         sock.close()
     left = engine.scheduler.started
     await wait_idle(engine, 60)
-    # Only what was already in a worker thread may finish: before the fix each request's first chunk ran.
+    # Only what was already in a worker thread may finish, not each gone request's first chunk.
     assert engine.scheduler.started - left <= 1, engine.scheduler.started - left
 
 

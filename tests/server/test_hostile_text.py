@@ -1,4 +1,4 @@
-"""Hostile text through every text route (issue 28): long unbroken tokens over every character class, repeated
+"""Hostile text through every text route: long unbroken tokens over every character class, repeated
 punctuation, digits of every Unicode script, control characters, RTL and combining marks, emoji, huge numbers,
 and seeded random mixtures of them (scripts/hostile_text.py makes them and judges each answer).
 

@@ -1,4 +1,4 @@
-"""No client input can start a log line (issue 28, item 5): in the text format (``make serve``'s default) a
+"""No client input can start a log line: in the text format (``make serve``'s default) a
 client's path, ids and strings are escaped; JSON lines stay one object per line. Real Hypercorn on loopback for
 the access line; the formatter itself for ids bound from clients (a session id header, an utterance id)."""
 

@@ -1,4 +1,4 @@
-"""Sessions whose clients flood bad frames without reading, then vanish (issue 28, item 1): each frees its slot.
+"""Sessions whose clients flood bad frames without reading, then vanish: each frees its slot.
 
 A client that sends without reading fills the server's send buffer (each bad frame gets an error that the client
 never reads), so the session blocks in its send while Hypercorn's read loop blocks on the session's full queue.

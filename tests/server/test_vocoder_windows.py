@@ -11,13 +11,13 @@ Why these bounds (measured on this export, tests' sentences and voices, 2 CPU co
   pools them over a chunk's windows, from a prior mixed of the voice's silence and speech (backends/stages.py):
   measured 1.6-2.0 dB log-mel L1 on these cases with the default plan at the 2-core speed (``NOMINAL``: 3-4
   windows, the first 9-18 frames), about twice the quantization error. Each window normalised by its own
-  statistics measures 2.3-3.9 dB. The bound is 2.5 dB (2.5 x the quantization error), so a real regression (a
+  statistics measures 2.3-3.9 dB. The bound is 2.5 dB (2.5 x the quantization error), so a real fault (a
   lost phase, a misplaced window, a missing crossfade, the pool not applied) fails.
 - The plan follows the decoder's speed, so the cases are decoded on a clock that runs at ``NOMINAL``
   (``FakeDecoder``): on a loaded machine the learnt speed would move the split, which is the plan's doing, not a
-  regression.
+  fault of the windows.
 - A short chunk that is mostly silence ("Hello!": 40-55 frames, half of them pads and punctuation) pools its own
-  windows only (no prior fits it): 2.7-3.6 dB, where the earlier two windows with 12/6 frames of context measured
+  windows only (no prior fits it): 2.7-3.6 dB, where two windows with 12/6 frames of context measure
   2.3-3.4. Not a gate here: these cases are sentences.
 """
 

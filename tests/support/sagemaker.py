@@ -1,6 +1,6 @@
 """The SageMaker stand-in (scripts/sagemaker_standin) as fixtures: its certificates, the real SDK transport through
-it, and a scripted container behind it. Shared by tests/client/test_sagemaker_bidi.py and
-tests/scripts/test_deploy.py.
+it, and a scripted container behind it. Shared by tests/client/test_sagemaker_bidi.py and the deploy's smoke and
+end-to-end tests (tests/scripts/test_deploy_smoke.py, test_deploy_end_to_end.py).
 """
 
 from __future__ import annotations
