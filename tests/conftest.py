@@ -18,22 +18,9 @@ from kokoro_tts.server.serve import hypercorn_config
 from kokoro_tts.settings import Settings
 from support.idle import wait_idle
 from support.inproc_server import RunningServer
+from support.repo import REPO
 
 from scripts.servers import free_port, wait_ready
-
-REPO = Path(__file__).resolve().parent.parent
-
-
-def make_dry_run(target: str) -> list[str]:
-    """The commands ``make -n TARGET`` would run, as a fresh make prints them: CI runs the suite inside ``make
-    test``, whose MAKEFLAGS would make a nested make print "Entering/Leaving directory" around them."""
-    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS")}
-    dry = subprocess.run(
-        ["make", "--no-print-directory", "-n", target], cwd=REPO, env=env, capture_output=True, text=True, timeout=60
-    )
-    assert dry.returncode == 0, dry.stderr
-    return dry.stdout.strip().splitlines()
-
 
 # Fixtures shared across rooms, from tests/support: the SageMaker stand-in (client and scripts rooms).
 pytest_plugins = ["support.sagemaker"]

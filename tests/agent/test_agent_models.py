@@ -7,8 +7,8 @@ import threading
 import time
 
 import pytest
-from conftest import REPO
 from strands import Agent
+from support.repo import REPO
 from voice_agent.app import agent_text
 from voice_agent.models import ModelUnavailable, build_model
 from voice_agent.scripted_model import DEFAULT_REPLY, SIMULATED_NAME, ScriptedModel, tokenize

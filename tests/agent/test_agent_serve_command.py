@@ -13,8 +13,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import REPO, make_dry_run
 from support.inproc_server import RunningServer
+from support.repo import REPO, make_dry_run
 from voice_agent.settings import ENVIRONMENT
 
 from scripts.servers import free_port, wait_ready

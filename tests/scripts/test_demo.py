@@ -14,8 +14,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import REPO
 from support.agent_fixtures import FAST, AgentServer, FakeBatch, FakeTTS, agent_settings, make_model
+from support.repo import REPO
 
 from scripts import agent_client as cli
 

@@ -11,7 +11,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import REPO, make_dry_run
+from support.repo import REPO, make_dry_run
 
 from scripts.bench.__main__ import RESULTS, default_out, main, overwrites_full_run
 
