@@ -15,7 +15,6 @@ from pathlib import Path
 
 import boto3
 import pytest
-from moto.server import ThreadedMotoServer
 from support.account_standin import NOVA_2_LITE_PROFILE, FakeAccount, account_app, account_endpoints
 from support.agentcore_standin import running
 
@@ -31,15 +30,6 @@ REGION = "us-east-1"
 @pytest.fixture(autouse=True)
 def _aws_env(fake_aws_env: None) -> None:
     """moto and the stand-in only (tests/conftest.py)."""
-
-
-@pytest.fixture(scope="module")
-def moto_server() -> Iterator[str]:
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    yield f"http://{host}:{port}"
-    server.stop()
 
 
 @dataclass
