@@ -34,7 +34,7 @@ class InProcess:
     def naive_whole(self, text: str, voice: str = "af_heart") -> tuple[float, float]:
         """(ms, audio s): G2P of the whole text, then ONE backend call on all of its phonemes: no chunking,
         so the first audio exists only when the whole reply does."""
-        request = self.engine.request(text, voice, 1.0)
+        request = self.engine.rules.speech(text, voice, 1.0)
         started = time.perf_counter()
         phonemes = self.engine.phonemizer.phonemes(request.text, request.voice.lang)
         batches = self.engine.phonemizer.token_batches(phonemes)
@@ -47,7 +47,7 @@ class InProcess:
 
     def synth_chunk(self, text: str, voice: str = "af_heart") -> tuple[float, np.ndarray]:
         """(ms, pcm) for one chunk exactly as the server's worker does it: G2P, token batches, the model."""
-        request = self.engine.request(text, voice, 1.0)
+        request = self.engine.rules.speech(text, voice, 1.0)
         started = time.perf_counter()
         pcm = self.engine._synthesize_chunk(request.text, request)  # the worker's own job, not a copy of it
         return 1000 * (time.perf_counter() - started), pcm
@@ -57,7 +57,7 @@ class InProcess:
 
         The rest is dropped; the look-ahead chunk already in the worker thread cannot be stopped, so an empty job
         queued behind it marks the moment the worker is free again (one worker: the default)."""
-        request = self.engine.request(text, voice, 1.0)
+        request = self.engine.rules.speech(text, voice, 1.0)
         started = time.perf_counter()
         stream = self.engine.stream(request)
         try:

@@ -160,7 +160,7 @@ def test_every_line_of_a_request_carries_its_ids(server: RunningServer, json_log
     lines = [json.loads(line) for line in json_log.getvalue().splitlines()]
     for line in lines:
         assert {"timestamp", "level", "logger", "message"} <= set(line), line
-    session = [line for line in lines if line["logger"] == "kokoro_tts.sessions.bidi"]
+    session = [line for line in lines if line["logger"] == "kokoro_tts.sessions.core"]
     assert [line["message"] for line in session] == ["session opened", "session closed"]
     assert len({line["session_id"] for line in session}) == 1
     utterances = [line for line in lines if line["logger"] == "kokoro_tts.utterances"]

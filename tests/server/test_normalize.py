@@ -193,8 +193,8 @@ def test_span_map_is_monotonic_and_in_bounds() -> None:
 
 def test_engine_normalizes_english_only(server) -> None:  # type: ignore[no-untyped-def]
     engine = server.engine
-    assert engine.request("It costs $1.2M.", "af_heart", None).text == "It costs 1.2 million dollars."
-    assert engine.request("Cuesta $1.2M.", "ef_dora", None).text == "Cuesta $1.2M."
+    assert engine.rules.speech("It costs $1.2M.", "af_heart", None).text == "It costs 1.2 million dollars."
+    assert engine.rules.speech("Cuesta $1.2M.", "ef_dora", None).text == "Cuesta $1.2M."
 
 
 @pytest.mark.slow
@@ -206,7 +206,7 @@ def test_listener_hears_dollars_and_cents(server) -> None:  # type: ignore[no-un
     from support.listener import WhisperListener, words
 
     engine: TTSEngine = server.engine
-    request = engine.request("The total is $42.50.", "af_heart", None)
+    request = engine.rules.speech("The total is $42.50.", "af_heart", None)
     pcm = engine._synthesize_chunk(request.text, request)
     heard = WhisperListener.shared().transcribe(pcm)
 

@@ -151,14 +151,14 @@ def test_the_digit_cap_counts_the_number_as_read(server: RunningServer, text: st
 
 
 def test_the_event_loop_does_only_the_cheap_part_of_a_request(server: RunningServer) -> None:
-    """What ``TTSEngine.request`` does runs on the event loop: the checks (C loops), never the cleaning, normalizing
+    """What ``RequestRules.speech`` does runs on the event loop: the checks (C loops), never the cleaning, normalizing
     and span maps, which ``TTSEngine.stream`` runs in a thread (``SpeechRequest.prepare``). In CPU time."""
     engine = server.engine
     for text in [("\x01$1M " * 1000)[:5000], ("3:30 pm, St. " * 500)[:5000], ("\u00e9\u0301 " * 2500)[:5000]]:
-        engine.request(text, None, None).prepare()  # tables and caches filled
+        engine.rules.speech(text, None, None).prepare()  # tables and caches filled
         on_loop, in_thread = best_cpu_times(
-            lambda: engine.request(text, None, None),  # noqa: B023 -- called at once
-            lambda: engine.request(text, None, None).prepare(),  # noqa: B023
+            lambda: engine.rules.speech(text, None, None),  # noqa: B023 -- called at once
+            lambda: engine.rules.speech(text, None, None).prepare(),  # noqa: B023
         )
         assert on_loop < in_thread / 5, (text[:10], on_loop, in_thread)
 

@@ -44,7 +44,7 @@ def jobs_since(engine: Any, since: float) -> list[JobRecord]:
 
 def sentence_frames(engine: Any) -> int:
     """Aligned frames (25 ms each) of LONG_SENTENCE in the default voice: its prosody front, run here."""
-    request = engine.request(LONG_SENTENCE, None, None)
+    request = engine.rules.speech(LONG_SENTENCE, None, None)
     (ids,) = engine._token_batches(request.text, request)
     return int(engine.backend.stages.front(ids, request.voice.style(len(ids)), 1.0).frames)
 

@@ -1,1 +1,2 @@
-"""Phonemes to audio: the backends (onnx, torch), the deadline scheduler, vocoder windows, voices, word timing."""
+"""What a request may ask (requests.py), then phonemes to audio: the backends (onnx, torch), the deadline scheduler,
+vocoder windows, voices, word timing."""

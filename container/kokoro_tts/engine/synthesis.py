@@ -27,34 +27,27 @@ from collections import deque
 from collections.abc import AsyncGenerator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from functools import cached_property, partial
+from functools import partial
 
 import numpy as np
-from kokoro_client.errors import ErrorCode, TTSError, quoted
 from kokoro_client.protocol import WordTiming
 
 from kokoro_tts.audio.encoding import SAMPLE_RATE, float_to_pcm16
 from kokoro_tts.engine.backends import Backend, load_backend
 from kokoro_tts.engine.backends.stages import SAMPLES_PER_FRAME
+from kokoro_tts.engine.requests import RequestRules, SpeechRequest
 from kokoro_tts.engine.scheduler import DeadlineScheduler, Limit
-from kokoro_tts.engine.voices import Voice, VoiceBank
+from kokoro_tts.engine.voices import VoiceBank
 from kokoro_tts.engine.windows import ChunkWindows, DecoderSpeed, WindowPlan, decode_in_windows
 from kokoro_tts.engine.word_timing import TextCursor, TimedWord, batch_words, timings
 from kokoro_tts.settings import Settings
 from kokoro_tts.text.chunks import split_utterance
-from kokoro_tts.text.normalize import ENGLISH, longest_number, normalize
-from kokoro_tts.text.phonemes import Phonemizer, TokenBatch, clean_text_mapped, kept_characters
-from kokoro_tts.text.text_map import TextMap
+from kokoro_tts.text.normalize import ENGLISH
+from kokoro_tts.text.phonemes import Phonemizer, TokenBatch
 
 log = logging.getLogger(__name__)
 
 TEXT_THREADS = 1  # the engine's thread for making text (see TTSEngine.__init__)
-
-# A number read with more digits than this is refused: misaki reads digits as one number (num2words overflows past
-# ~300 digits, Python's int-string limit stops it at 4,300) and 100 digits already make ~1,900 phonemes. Counted as
-# read (normalize.longest_number): "①①①" and "1,000,000" are numbers too.
-MAX_NUMBER_DIGITS = 100
-
 
 # What the scheduler tallies each job as (GET /metrics, kokoro_tts_inference_seconds): a text chunk's G2P, the job
 # whose audio is an utterance's first (its first audio waits for one of each), and the jobs after it.
@@ -64,40 +57,6 @@ PHONEMES_JOB, FIRST_AUDIO_JOB, AUDIO_JOB = "phonemes", "first_audio", "audio"
 def audio_job(index: int) -> str:
     """The kind of the job making an utterance's piece ``index``."""
     return AUDIO_JOB if index else FIRST_AUDIO_JOB
-
-
-@dataclass(frozen=True)
-class SpeechRequest:
-    """A validated utterance: build it with ``TTSEngine.request`` so every field has been checked.
-
-    Its spoken text is made on first use (``prepare``, which ``TTSEngine.stream`` runs in a thread): cleaning,
-    normalizing and their span maps are linear, yet for 5,000 characters they take tens of milliseconds, which the
-    event loop must not spend."""
-
-    sent: str  # the text the client sent (word timings point into it)
-    voice: Voice
-    speed: float
-
-    @cached_property
-    def _prepared(self) -> tuple[str, TextMap]:
-        cleaned, cleaned_map = clean_text_mapped(self.sent)
-        spoken, spoken_map = normalize(cleaned, self.voice.lang)
-        return spoken, cleaned_map.then(spoken_map)
-
-    def prepare(self) -> SpeechRequest:
-        """Makes the spoken text now (blocking: a worker thread's job)."""
-        self._prepared  # noqa: B018 -- computed and kept
-        return self
-
-    @property
-    def text(self) -> str:
-        """What is spoken: the client's text cleaned and normalized (normalize.py)."""
-        return self._prepared[0]
-
-    @property
-    def source(self) -> TextMap:
-        """Spans of ``text`` → spans of the text the client sent."""
-        return self._prepared[1]
 
 
 @dataclass(frozen=True)
@@ -116,20 +75,13 @@ class AudioChunk:
         return 1000.0 * self.pcm.size / SAMPLE_RATE
 
 
-def speed_within(speed: object, lo: float, hi: float) -> float:
-    """``speed`` as a float if it is a number from ``lo`` to ``hi``; else ``TTSError`` invalid_speed."""
-    # Compared before float(): a 400-digit integer is a bad speed, not an OverflowError.
-    if isinstance(speed, bool) or not isinstance(speed, int | float) or not lo <= speed <= hi:
-        raise TTSError(ErrorCode.INVALID_SPEED, f"'speed' must be a number from {lo} to {hi}, not {quoted(speed)}.")
-    return float(speed)
-
-
 class TTSEngine:
     def __init__(self, settings: Settings, backend: Backend, voices: VoiceBank, phonemizer: Phonemizer) -> None:
         self.settings = settings
         self.backend = backend
         self.voices = voices
         self.phonemizer = phonemizer
+        self.rules = RequestRules(settings, voices, phonemizer)
         self.scheduler = DeadlineScheduler(backend.parallel_jobs)
         # Server-wide caps: past them a client reads server_busy at once, never a queue minutes long.
         self.sessions = Limit("WebSocket sessions", settings.max_sessions)
@@ -168,7 +120,7 @@ class TTSEngine:
 
     def warm_up(self) -> None:
         """Build the default language's G2P and run the model once, so the first request is not the slow one."""
-        request = self.request(self.settings.warmup_text, self.settings.default_voice, 1.0)
+        request = self.rules.speech(self.settings.warmup_text, self.settings.default_voice, 1.0)
         texts = self._text_chunks(request)
         for text in texts:
             self._synthesize_chunk(text, request, alone=True)
@@ -179,53 +131,6 @@ class TTSEngine:
 
             with ThreadPoolExecutor(jobs) as pool:
                 list(pool.map(side_by_side, texts * jobs))
-
-    def request(self, text: object, voice: object | None, speed: object | None) -> SpeechRequest:
-        """Validate a client's fields; raises ``TTSError`` naming the first bad one."""
-        if text is None:
-            raise TTSError(ErrorCode.MISSING_TEXT, "The request has no 'text' to speak.")
-        if not isinstance(text, str):
-            raise TTSError(ErrorCode.INVALID_TEXT, f"'text' must be a string, not {type(text).__name__}.")
-        if len(text) > self.settings.max_text_chars:
-            raise TTSError(
-                ErrorCode.TEXT_TOO_LONG,
-                f"'text' has {len(text)} characters; the limit is {self.settings.max_text_chars}. "
-                "Split it into several utterances.",
-            )
-        if not text.strip():
-            raise TTSError(ErrorCode.EMPTY_TEXT, "'text' is empty: send at least one word to speak.")
-        # On the event loop, so only what C loops do (translate tables): the text itself is made in a thread.
-        kept = kept_characters(text)
-        if not kept.strip():
-            raise TTSError(
-                ErrorCode.NOTHING_TO_SPEAK,
-                "'text' holds only characters that are not read aloud (emoji, control characters).",
-            )
-        if longest_number(kept) > MAX_NUMBER_DIGITS:
-            raise TTSError(
-                ErrorCode.NUMBER_TOO_LONG,
-                f"'text' holds a number of more than {MAX_NUMBER_DIGITS} digits; "
-                "write long digit strings in groups separated by spaces.",
-            )
-        resolved = self.voice(self.settings.default_voice if voice is None else voice)
-        return SpeechRequest(text, resolved, self.check_speed(speed))
-
-    def voice(self, spec: object) -> Voice:
-        """Resolve a voice or blend this server can speak, or raise ``TTSError``."""
-        resolved = self.voices.resolve(spec)
-        # Weights such as 1e308 overflow their sum: the blend comes out all zeros (or not finite), and speaks noise.
-        if not np.isfinite(resolved.pack).all() or not resolved.pack.any():
-            raise TTSError(
-                ErrorCode.INVALID_VOICE,
-                f"The blend {quoted(spec)} has weights too large to mix; "
-                "use weights such as 'af_heart:0.7,af_bella:0.3'.",
-            )
-        self.phonemizer.check_language(resolved.lang)
-        return resolved
-
-    def check_speed(self, speed: object | None) -> float:
-        """A speed the model speaks at (1.0 when none is given)."""
-        return 1.0 if speed is None else speed_within(speed, self.settings.min_speed, self.settings.max_speed)
 
     async def stream(self, request: SpeechRequest, due: float | None = None) -> AsyncGenerator[AudioChunk]:
         """Audio window by window (batch by batch when not windowed); a chunk with nothing speakable (emoji only,

@@ -29,7 +29,8 @@ from kokoro_tts import metrics
 from kokoro_tts.audio.encoding import AudioFormat, OffLoopEncoder, audio_format, make_encoder, output_rate
 from kokoro_tts.audio.tempo import TempoStretcher, split_speed
 from kokoro_tts.engine.backends.stages import SAMPLES_PER_FRAME
-from kokoro_tts.engine.synthesis import AudioChunk, SpeechRequest, TTSEngine, speed_within
+from kokoro_tts.engine.requests import SpeechRequest, speed_within
+from kokoro_tts.engine.synthesis import AudioChunk, TTSEngine
 from kokoro_tts.routes import streaming
 from kokoro_tts.routes.streaming import (
     GONE,
@@ -142,7 +143,7 @@ def speech_body(engine: TTSEngine, fields: dict[str, Any]) -> SpeechBody:
     _check_model(model)
     speed = speed_within(fields.get("speed", 1.0), MIN_SPEED, MAX_SPEED)  # OpenAI's range: wider than the model's
     model_speed, tempo = split_speed(speed, engine.settings.min_speed, engine.settings.max_speed)
-    speech = engine.request(fields.get("input"), voice_spec(fields.get("voice")), model_speed)
+    speech = engine.rules.speech(fields.get("input"), voice_spec(fields.get("voice")), model_speed)
     fmt = audio_format(fields.get("response_format", "mp3"))
     rate = output_rate(fmt, fields.get("sample_rate"))
     input_chars = len(speech_input) if isinstance(speech_input := fields.get("input"), str) else 0

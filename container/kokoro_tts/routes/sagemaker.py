@@ -12,7 +12,8 @@ from starlette.responses import JSONResponse, Response
 
 from kokoro_tts import metrics
 from kokoro_tts.audio.encoding import AudioFormat, audio_format, off_loop_encoder, output_rate
-from kokoro_tts.engine.synthesis import SpeechRequest, TTSEngine
+from kokoro_tts.engine.requests import SpeechRequest
+from kokoro_tts.engine.synthesis import TTSEngine
 from kokoro_tts.routes.streaming import (
     GONE,
     ClientGone,
@@ -86,7 +87,7 @@ class Invocation:
 
     @classmethod
     def parse(cls, engine: TTSEngine, fields: dict[str, Any]) -> Invocation:
-        speech = engine.request(fields.get("text"), fields.get("voice"), fields.get("speed"))
+        speech = engine.rules.speech(fields.get("text"), fields.get("voice"), fields.get("speed"))
         fmt = audio_format(fields.get("format", "pcm"))
         return cls(speech, fmt, output_rate(fmt, fields.get("sample_rate")))
 

@@ -24,8 +24,9 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from kokoro_tts import metrics
 from kokoro_tts.audio.encoding import OffLoopEncoder
+from kokoro_tts.engine.requests import SpeechRequest
 from kokoro_tts.engine.scheduler import Interrupted, unless
-from kokoro_tts.engine.synthesis import AudioChunk, SpeechRequest, TTSEngine
+from kokoro_tts.engine.synthesis import AudioChunk, TTSEngine
 
 log = logging.getLogger(__name__)
 

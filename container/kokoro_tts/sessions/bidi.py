@@ -63,23 +63,25 @@ class BidiDialect:
     # --- receiving -------------------------------------------------------------------------------------------
 
     async def received(self, raw: str | bytes) -> None:
-        command = parse_client_message(raw, self._session.settings.max_message_bytes)
-        if self._session.closing and isinstance(command, Synthesize | Config):
-            raise TTSError(ErrorCode.INVALID_MESSAGE, "The session is closing: it takes no new utterances after close.")
-        match command:
-            case Synthesize():
-                utterance_id = command.id if command.id is not None else f"u{next(self._ids)}"
-                try:
-                    self._enqueue(utterance_id, command)
-                except TTSError as error:
-                    await self.refused(error, utterance_id)
-            case Config():
+        match parse_client_message(raw, self._session.settings.max_message_bytes):
+            case Synthesize() as command:
+                self._session.refuse_when_closing("close")
+                await self._synthesize(command)
+            case Config() as command:
+                self._session.refuse_when_closing("close")
                 self._configure(command)
             case Cancel(id=target):
                 for dropped in self._session.cancel(target):
                     await self._send(Cancelled(dropped))
             case Close():
                 self._session.close_when_spoken()
+
+    async def _synthesize(self, command: Synthesize) -> None:
+        utterance_id = command.id if command.id is not None else f"u{next(self._ids)}"
+        try:
+            self._enqueue(utterance_id, command)
+        except TTSError as error:
+            await self.refused(error, utterance_id)
 
     def _enqueue(self, utterance_id: str, command: Synthesize) -> None:
         session = self._session
@@ -94,7 +96,7 @@ class BidiDialect:
             )
         fmt = self._defaults.format
         rate = output_rate(fmt, command.sample_rate if command.sample_rate is not None else self._defaults.sample_rate)
-        request = session.engine.request(
+        request = session.engine.rules.speech(
             command.text,
             command.voice if command.voice is not None else self._defaults.voice,
             command.speed if command.speed is not None else self._defaults.speed,
@@ -107,9 +109,9 @@ class BidiDialect:
         voice, speed, fmt = self._defaults.voice, self._defaults.speed, self._defaults.format
         rate = self._defaults.sample_rate
         if is_set(command.voice):
-            voice = None if command.voice is None else engine.voice(command.voice).spec
+            voice = None if command.voice is None else engine.rules.voice(command.voice).spec
         if is_set(command.speed):
-            speed = None if command.speed is None else engine.check_speed(command.speed)
+            speed = None if command.speed is None else engine.rules.speed(command.speed)
         if is_set(command.format):
             fmt = audio_format("pcm" if command.format is None else command.format)
         if is_set(command.sample_rate):

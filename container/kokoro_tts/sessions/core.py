@@ -19,7 +19,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Final, Protocol
 
 from kokoro_client.errors import INTERNAL_ERROR_MESSAGE, ErrorCode, TTSError
 from kokoro_client.logs import bind_ids
@@ -28,16 +28,16 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from kokoro_tts import metrics
 from kokoro_tts.audio.encoding import AudioFormat, off_loop_encoder
+from kokoro_tts.engine.requests import SpeechRequest
 from kokoro_tts.engine.scheduler import Interrupted, unless
-from kokoro_tts.engine.synthesis import SpeechRequest, TTSEngine
+from kokoro_tts.engine.synthesis import TTSEngine
 from kokoro_tts.settings import Settings
 
 # The ASGI receive message key the server sets (server/hypercorn_hardening.py) on a frame over the size limit
 # it dropped: the session answers message_too_large and goes on.
 OVERSIZE_KEY = "kokoro.oversize_bytes"
 
-# The name the session's lines have always been logged under (log queries and tests filter on it), for every dialect.
-log = logging.getLogger("kokoro_tts.sessions.bidi")
+log = logging.getLogger(__name__)  # every dialect's session lines
 
 
 @dataclass
@@ -121,7 +121,7 @@ class Session:
 
     def __init__(self, websocket: WebSocket, engine: TTSEngine, dialect: Callable[[Session], Dialect]) -> None:
         self._ws = websocket
-        self._engine = engine
+        self.engine: Final = engine
         self._queue: deque[Utterance] = deque()
         self._wakeup = asyncio.Event()
         self._closing = False
@@ -134,22 +134,14 @@ class Session:
         # which would otherwise wait behind every sentence of every session and time out).
         self._played_until = 0.0
         self._speaker: asyncio.Task[None] | None = None
-        self._dialect = dialect(self)
-        self._route = self._dialect.route
+        self.dialect: Final = dialect(self)
+        self.route: Final = self.dialect.route
 
     # --- what a dialect reads ----------------------------------------------------------------------------------
 
     @property
-    def dialect(self) -> Dialect:
-        return self._dialect
-
-    @property
-    def engine(self) -> TTSEngine:
-        return self._engine
-
-    @property
     def settings(self) -> Settings:
-        return self._engine.settings
+        return self.engine.settings
 
     @property
     def path(self) -> str:
@@ -159,10 +151,6 @@ class Session:
     @property
     def query_params(self) -> Mapping[str, str]:
         return self._ws.query_params
-
-    @property
-    def route(self) -> str:
-        return self._route
 
     @property
     def queued(self) -> Sequence[Utterance]:
@@ -177,6 +165,12 @@ class Session:
     def closing(self) -> bool:
         """The client asked to close: no new utterances, the queue is spoken, then the socket closes."""
         return self._closing
+
+    def refuse_when_closing(self, close: str) -> None:
+        """For a message that adds work: ``invalid_message`` once the client has asked to close (with the dialect's
+        message ``close``)."""
+        if self._closing:
+            raise TTSError(ErrorCode.INVALID_MESSAGE, f"The session is closing: it takes nothing new after {close}.")
 
     @property
     def draining(self) -> bool:
@@ -196,7 +190,7 @@ class Session:
         dropped = [u for u in self._queue if target is None or u.id == target]
         for utterance in dropped:
             self._queue.remove(utterance)
-            metrics.utterance_cancelled(self._route)
+            metrics.utterance_cancelled(self.route)
         in_flight = self._in_flight
         if in_flight is not None and (target is None or in_flight.id == target):
             in_flight.cancel()  # the speaker stops waiting for its next chunk at once and reports it
@@ -231,7 +225,7 @@ class Session:
     async def run(self) -> None:
         await self._ws.accept()
         log.info("session opened")
-        if not await self._dialect.opened():
+        if not await self.dialect.opened():
             return
         self._speaker = asyncio.create_task(self._speak())
         try:
@@ -277,12 +271,12 @@ class Session:
                         ErrorCode.MESSAGE_TOO_LARGE,
                         f"The message has {oversize} bytes; the limit is {self.settings.max_message_bytes}.",
                     )
-                await self._dialect.received(raw)
+                await self.dialect.received(raw)
             except TTSError as error:
-                await self._dialect.refused(error)
+                await self.dialect.refused(error)
             except Exception:
                 log.exception("unexpected failure handling a client message")
-                await self._dialect.refused(TTSError(ErrorCode.INTERNAL_ERROR, INTERNAL_ERROR_MESSAGE))
+                await self.dialect.refused(TTSError(ErrorCode.INTERNAL_ERROR, INTERNAL_ERROR_MESSAGE))
 
     # --- speaking --------------------------------------------------------------------------------------------
 
@@ -307,73 +301,71 @@ class Session:
                 await self._speak_one(utterance)
             finally:
                 self._in_flight = None
-            await self._dialect.finished(utterance)
+            await self.dialect.finished(utterance)
 
     async def _speak_one(self, utterance: Utterance) -> None:
         bind_ids(utterance_id=utterance.id)
         try:
             await self._speak_one_counted(utterance)
         except asyncio.CancelledError:  # the client left, or the server stopped it
-            metrics.utterance_cancelled(self._route)
+            metrics.utterance_cancelled(self.route)
             raise
 
     async def _speak_one_counted(self, utterance: Utterance) -> None:
         encoder = off_loop_encoder(utterance.format, utterance.sample_rate)
         sent_bytes, audio_ms, synth_ms, started, first_audio_s = 0, 0.0, 0.0, False, None
         loop = asyncio.get_running_loop()
-        async with aclosing(self._engine.stream(utterance.request, due=self._played_until)) as stream:
+        async with aclosing(self.engine.stream(utterance.request, due=self._played_until)) as stream:
             while not utterance.cancelled:
                 try:
                     if started:
                         chunk = await _unless_stopped(anext(stream, None), utterance)
                     else:
-                        with self._engine.waiting.hold():  # server_busy rather than a wait behind every session
+                        with self.engine.waiting.hold():  # server_busy rather than a wait behind every session
                             chunk = await _unless_stopped(anext(stream, None), utterance)
                 except TTSError as error:
-                    await self._dialect.refused(error, utterance.id)
+                    await self.dialect.refused(error, utterance.id)
                     return
                 except Exception:
                     log.exception("synthesis failed for utterance %s", utterance.id)
-                    await self._dialect.refused(
-                        TTSError(ErrorCode.INTERNAL_ERROR, INTERNAL_ERROR_MESSAGE), utterance.id
-                    )
+                    await self.dialect.refused(TTSError(ErrorCode.INTERNAL_ERROR, INTERNAL_ERROR_MESSAGE), utterance.id)
                     return
                 if chunk is None or utterance.cancelled:
                     break
                 if not started:
                     first_audio_s = time.perf_counter() - utterance.received
-                    metrics.first_audio(self._route, first_audio_s)
-                    await self._dialect.started(utterance)
+                    metrics.first_audio(self.route, first_audio_s)
+                    await self.dialect.started(utterance)
                     started = True
                 if utterance.word_timestamps and chunk.words:
-                    await self._dialect.words(utterance, chunk.words)
+                    await self.dialect.words(utterance, chunk.words)
                 data = await encoder.encode(chunk.pcm)
                 if data:
-                    await self._dialect.audio(utterance, data)
+                    await self.dialect.audio(utterance, data)
                 self._played_until = max(self._played_until, loop.time()) + chunk.audio_ms / 1000.0
                 sent_bytes += len(data)
                 audio_ms += chunk.audio_ms
                 synth_ms += chunk.synth_ms
-        metrics.audio_sent(self._route, audio_ms)
+        metrics.audio_sent(self.route, audio_ms)
         if utterance.cancelled:
-            metrics.utterance_cancelled(self._route)
-            await self._dialect.stopped(utterance)
+            metrics.utterance_cancelled(self.route)
+            await self.dialect.stopped(utterance)
             return
         if not started:
-            await self._dialect.refused(
+            await self.dialect.refused(
                 TTSError(ErrorCode.NOTHING_TO_SPEAK, "The text has nothing that can be spoken in this voice."),
                 utterance.id,
             )
             return
         tail = await encoder.finish()
         if tail:
-            await self._dialect.audio(utterance, tail)
+            await self.dialect.audio(utterance, tail)
             sent_bytes += len(tail)
-        metrics.utterance_completed(self._route, audio_ms, synth_ms, first_audio_s)
-        await self._dialect.completed(utterance, Spoken(audio_ms, synth_ms, sent_bytes))
+        metrics.utterance_completed(self.route, audio_ms, synth_ms, first_audio_s)
+        await self.dialect.completed(utterance, Spoken(audio_ms, synth_ms, sent_bytes))
 
     async def _end_for_shutdown(self, stopped: list[Utterance]) -> None:
-        await self._dialect.shutting_down([*stopped, *self._queue])
+        await self.dialect.shutting_down([*stopped, *self._queue])
         self._queue.clear()
         await self.close(CLOSE_GOING_AWAY)
 

@@ -75,7 +75,7 @@ class SpeakOptions:
         speed = query.get("speed")
         return cls(
             _voice(query.get("model"), engine),
-            engine.check_speed(None if speed is None else _number(speed)),
+            engine.rules.speed(None if speed is None else _number(speed)),
             fmt,
             sample_rate,
         )
@@ -96,8 +96,8 @@ def _voice(model: str | None, engine: TTSEngine) -> str:
     """``model`` names a Kokoro voice or blend (``af_heart``, ``af_bella+af_sky``); Deepgram's own model names
     (``aura-2-helena-en``) speak the server's default voice, so a Pipecat configuration works unchanged."""
     if model is None or model.startswith("aura"):
-        return engine.voice(engine.settings.default_voice).spec
-    return engine.voice(model).spec
+        return engine.rules.voice(engine.settings.default_voice).spec
+    return engine.rules.voice(model).spec
 
 
 @dataclass
@@ -139,13 +139,12 @@ class DeepgramDialect:
     # --- receiving -------------------------------------------------------------------------------------------
 
     async def received(self, raw: str | bytes) -> None:
-        command = parse_command(raw, self._session.settings.max_message_bytes)
-        if self._session.closing and isinstance(command, Speak | Flush):
-            raise TTSError(ErrorCode.INVALID_MESSAGE, "The session is closing: it takes no new text after Close.")
-        match command:
+        match parse_command(raw, self._session.settings.max_message_bytes):
             case Speak(text=text):
+                self._session.refuse_when_closing("Close")
                 await self._take_text(text)
             case Flush():
+                self._session.refuse_when_closing("Close")
                 await self._flush()
             case Clear():
                 await self._clear()
@@ -182,7 +181,7 @@ class DeepgramDialect:
 
     async def _queue_sentence(self, text: str) -> None:
         try:
-            request = self._session.engine.request(text, self.options.voice, self.options.speed)
+            request = self._session.engine.rules.speech(text, self.options.voice, self.options.speed)
         except TTSError as error:  # this sentence only (emoji alone, say): the rest is still spoken
             await self.refused(error)
             return
