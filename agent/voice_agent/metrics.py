@@ -53,7 +53,7 @@ TIME_TO_FIRST_AUDIO = Histogram(
 )
 ERRORS = Counter(
     "voice_agent_errors",
-    "Replies ended by an error event, by its stable code (voice_agent.events.ErrorCode).",
+    "Replies ended by an error event, by its stable code (events.ErrorCode or kokoro_client.session.TransportCode).",
     ["code"],
     registry=REGISTRY,
 )

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, Self
 
 from .errors import ErrorCode, TTSError, quoted
 
@@ -59,11 +59,10 @@ class Close:
     """Speak what is buffered and queued, then close with 1000."""
 
 
-Command = Speak | Flush | Clear | Close
-
-
 @dataclass(frozen=True)
 class Metadata:
+    """Sent once, as the session opens: which model speaks (``model_name`` names the voice)."""
+
     request_id: str
     model_name: str
     model_version: str
@@ -71,39 +70,37 @@ class Metadata:
 
 
 @dataclass(frozen=True)
-class Flushed:
-    sequence_id: int
+class _Answer:
+    sequence_id: int  # one count over Flush and Clear: each answer names its own
+
+
+class Flushed(_Answer):
+    """The audio of everything before the Flush has been sent."""
+
+
+class Cleared(_Answer):
+    """No audio of the cleared text comes after this."""
 
 
 @dataclass(frozen=True)
-class Cleared:
-    sequence_id: int
+class _Notice:
+    code: str  # one of kokoro_client.errors.ErrorCode
+    description: str
+
+    @classmethod
+    def of(cls, error: TTSError) -> Self:
+        return cls(error.code.value, error.message)
 
 
-@dataclass(frozen=True)
-class WarningMessage:
+class WarningMessage(_Notice):
     """``{"type":"Warning"}``: a message was refused; the session carries on."""
 
-    code: str
-    description: str
 
-    @classmethod
-    def of(cls, error: TTSError) -> WarningMessage:
-        return cls(error.code.value, error.message)
-
-
-@dataclass(frozen=True)
-class ErrorMessage:
+class ErrorMessage(_Notice):
     """``{"type":"Error"}``: the session cannot go on; a close follows."""
 
-    code: str
-    description: str
 
-    @classmethod
-    def of(cls, error: TTSError) -> ErrorMessage:
-        return cls(error.code.value, error.message)
-
-
+Command = Speak | Flush | Clear | Close
 ServerMessage = Metadata | Flushed | Cleared | WarningMessage | ErrorMessage
 _TYPE_NAMES: dict[type, str] = {
     Speak: "Speak",

@@ -55,6 +55,8 @@ class Config:
 
 @dataclass(frozen=True)
 class Cancel:
+    """Drop utterance ``id`` (queued or in flight); no ``id``: every one."""
+
     id: str | None = None
 
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from kokoro_tts.audio.encoding import FORMATS, make_encoder
 from kokoro_tts.engine.voices import VoiceBank
-from kokoro_tts.text.phonemes import LANGUAGE_NAMES
+from kokoro_tts.text.phonemes import LANGUAGE_CODES
 from kokoro_tts.weights.layout import WeightLayout
 from support.inproc_server import RunningServer
 
@@ -23,7 +23,7 @@ def test_unknown_voice_lists_only_voices_this_server_can_speak(server: RunningSe
     assert (response.status_code, error["code"]) == (400, "unknown_voice")
     listed = error["message"].split("Available voices: ")[1].rstrip(".").split(", ")
     assert "af_heart" in listed and "zf_xiaobei" in listed
-    assert all(name[0] in LANGUAGE_NAMES for name in listed), listed
+    assert all(name[0] in LANGUAGE_CODES for name in listed), listed
     assert not any(name.startswith("j") for name in listed)
     # Every voice it lists speaks.
     for name in ("bm_george", "ef_dora", listed[-1]):

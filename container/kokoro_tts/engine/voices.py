@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 from kokoro_client.errors import ErrorCode, TTSError, quoted
 
-from kokoro_tts.text.phonemes import LANGUAGE_NAMES, check_language
+from kokoro_tts.text.phonemes import LANGUAGE_CODES, check_language
 from kokoro_tts.weights.layout import WeightLayout
 
 STYLE_ROWS = 510
@@ -50,7 +50,7 @@ class VoiceBank:
     def names(self) -> list[str]:
         """The voices this server can speak: packs whose language (first letter) the phonemizer supports. The
         weights hold more (the Japanese j* packs): asking for one of those is ``unsupported_language``."""
-        return [name for name in self._names if name[0] in LANGUAGE_NAMES]
+        return [name for name in self._names if name[0] in LANGUAGE_CODES]
 
     def resolve(self, spec: object) -> Voice:
         """Parse and load ``spec``; raises ``TTSError`` with a message that says what to send instead."""

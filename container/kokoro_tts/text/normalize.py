@@ -72,18 +72,9 @@ _MONTH_NAME = (
 
 _CURRENCY_NAMES = {"$": "dollars", "£": "pounds", "€": "euros", "¥": "yen", "₹": "rupees"}
 _MAGNITUDES = {
-    "k": "thousand",
-    "K": "thousand",
-    "m": "million",
-    "M": "million",
-    "mm": "million",
-    "MM": "million",
-    "b": "billion",
-    "B": "billion",
-    "bn": "billion",
-    "t": "trillion",
-    "T": "trillion",
-    "tn": "trillion",
+    suffix: word
+    for word, suffixes in (("thousand", "k K"), ("million", "m M mm MM"), ("billion", "b B bn"), ("trillion", "t T tn"))
+    for suffix in suffixes.split()
 }
 
 # Units read after a number: symbol → (singular, plural). Only unambiguous ones: "in", "s" (the 1990s) and "m"
@@ -134,6 +125,7 @@ _UNITS: dict[str, tuple[str, str]] = {
 }
 
 # Abbreviations read as words. Titles come before a name; the others may end a sentence (then the period stays).
+# "etc." is here because misaki reads it but drops its period, and with it the sentence's end.
 _TITLES = {"Prof.": "Professor", "Gov.": "Governor", "Sen.": "Senator", "Rep.": "Representative", "Mt.": "Mount"}
 _ABBREVIATIONS = {
     "e.g.": "for example",
@@ -149,7 +141,7 @@ _ABBREVIATIONS = {
     "Ltd.": "Limited",
     "Corp.": "Corporation",
     "est.": "established",
-    "etc.": "et cetera",  # misaki reads "etc." but drops its period, and with it the sentence's end
+    "etc.": "et cetera",
 }
 
 _NUMBER = r"\d+(?:,\d{3})*(?:\.\d+)?"

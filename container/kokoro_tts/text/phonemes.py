@@ -22,29 +22,13 @@ from kokoro_tts.text.text_map import TextMap
 # The model's context is 512 tokens; two of them are the pad tokens that open and close every input.
 MAX_PHONEME_TOKENS = 510
 
-# Kokoro's language codes (the voice's first letter) → espeak-ng language for the fallback-only languages.
+# Kokoro's language codes (a voice's first letter): English (US, UK), Mandarin, Spanish, French, Hindi, Italian,
+# Portuguese (Brazil).
+LANGUAGE_CODES = frozenset("abzefhip")
+# The espeak-ng language of each language misaki has no G2P for (the fallback-only languages).
 _ESPEAK_LANGUAGES = {"e": "es", "f": "fr-fr", "h": "hi", "i": "it", "p": "pt-br"}
-LANGUAGE_NAMES = {
-    "a": "English (US)",
-    "b": "English (UK)",
-    "z": "Mandarin Chinese",
-    "e": "Spanish",
-    "f": "French",
-    "h": "Hindi",
-    "i": "Italian",
-    "p": "Portuguese (BR)",
-}
 
 G2PFunction = Callable[[str], "Phonemes"]
-
-
-@dataclass(frozen=True)
-class SpokenWord:
-    """A word of the G2P's input and where its phonemes lie in the phoneme string: [start, end)."""
-
-    text: str
-    start: int
-    end: int
 
 
 @dataclass(frozen=True)
@@ -61,6 +45,15 @@ class TokenBatch:
 
     ids: list[int]
     words: tuple[tuple[str, int, int], ...] = ()
+
+
+@dataclass(frozen=True)
+class SpokenWord:
+    """A word of the G2P's input and where its phonemes lie in the phoneme string: [start, end)."""
+
+    text: str
+    start: int
+    end: int
 
 
 _CURRENCY_SIGNS = frozenset("$£€")
@@ -119,11 +112,11 @@ def _espeak(language: str) -> G2PFunction:
 
 def check_language(lang: str) -> None:
     """Raise ``unsupported_language`` unless voices starting with ``lang`` can be spoken here."""
-    if lang not in LANGUAGE_NAMES:
+    if lang not in LANGUAGE_CODES:
         raise TTSError(
             ErrorCode.UNSUPPORTED_LANGUAGE,
             f"Voices starting with {lang!r} are not supported by this server; "
-            f"supported language prefixes: {', '.join(sorted(LANGUAGE_NAMES))}.",
+            f"supported language prefixes: {', '.join(sorted(LANGUAGE_CODES))}.",
         )
 
 

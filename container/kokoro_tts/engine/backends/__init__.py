@@ -19,9 +19,7 @@ import numpy as np
 from kokoro_tts.settings import Settings
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
-
-    from kokoro_tts.engine.backends.stages import ChunkPool, Prosody
+    from kokoro_tts.engine.backends.stages import OnnxStages
     from kokoro_tts.weights.layout import WeightLayout
 
 log = logging.getLogger(__name__)
@@ -32,27 +30,6 @@ log = logging.getLogger(__name__)
 # test) a call has the machine to itself: hence the default.
 
 
-class Stages(Protocol):
-    """Kokoro in stages (stages.py): the prosody front once per chunk, then the decoder window by window; the
-    generator's input for the whole chunk is made once, for the windows after the first (``complete``)."""
-
-    def front(self, tokens: list[int], style: np.ndarray, speed: float, *, alone: bool = True) -> Prosody: ...
-
-    def complete(self, prosody: Prosody, *, alone: bool = True) -> Prosody: ...
-
-    def decode(
-        self,
-        prosody: Prosody,
-        start: int = 0,
-        stop: int | None = None,
-        pool: ChunkPool | None = None,
-        *,
-        alone: bool = True,
-    ) -> np.ndarray: ...
-
-    def norm_pool(self, voice: str, tokens: Sequence[int], prosody: Prosody) -> ChunkPool: ...
-
-
 class Backend(Protocol):
     name: str
     device: str
@@ -60,8 +37,8 @@ class Backend(Protocol):
     parallel_jobs: int  # inference jobs the scheduler may run side by side (backends/ort_sessions.py)
 
     @property
-    def stages(self) -> Stages | None:
-        """The stages for windowed decoding; None: this backend synthesizes whole chunks only."""
+    def stages(self) -> OnnxStages | None:
+        """The onnx stage graphs, for windowed decoding; None: this backend synthesizes whole chunks only."""
         ...
 
     def synthesize(self, tokens: list[int], style: np.ndarray, speed: float, *, alone: bool = True) -> np.ndarray:

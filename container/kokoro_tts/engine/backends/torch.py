@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 if TYPE_CHECKING:
-    from kokoro_tts.engine.backends import Stages
+    from kokoro_tts.engine.backends.stages import OnnxStages
 
 log = logging.getLogger(__name__)
 
@@ -112,7 +112,7 @@ class TorchBackend:
         self.model_file = model_path.name
         # Whole chunks only: KModel's sine generator draws a random initial phase per chunk, so its stages would
         # need the source made once per chunk (as the onnx front does) before windows could share it.
-        self.stages: Stages | None = None
+        self.stages: OnnxStages | None = None
         self._model = load_kmodel(config_path, model_path).to(self.device).eval()
 
     def synthesize(self, tokens: list[int], style: np.ndarray, speed: float, *, alone: bool = True) -> np.ndarray:
