@@ -85,8 +85,7 @@ class BidiDialect:
 
     def _enqueue(self, utterance_id: str, command: Synthesize) -> None:
         session = self._session
-        if session.draining:
-            raise TTSError(ErrorCode.SHUTTING_DOWN, "The server is shutting down; send this to another instance.")
+        session.refuse_when_draining()
         queued = len(session.queued)
         if queued >= session.settings.max_queued_utterances:
             raise TTSError(

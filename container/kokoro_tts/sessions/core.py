@@ -172,10 +172,10 @@ class Session:
         if self._closing:
             raise TTSError(ErrorCode.INVALID_MESSAGE, f"The session is closing: it takes nothing new after {close}.")
 
-    @property
-    def draining(self) -> bool:
-        """The server is shutting down: no new utterances."""
-        return self._draining
+    def refuse_when_draining(self) -> None:
+        """For a message that adds an utterance: ``shutting_down`` once the server is stopping."""
+        if self._draining:
+            raise TTSError(ErrorCode.SHUTTING_DOWN, "The server is shutting down; send this to another instance.")
 
     # --- what a dialect does -----------------------------------------------------------------------------------
 

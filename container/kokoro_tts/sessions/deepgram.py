@@ -156,8 +156,7 @@ class DeepgramDialect:
     async def _take_text(self, text: object) -> None:
         if not isinstance(text, str):
             raise TTSError(ErrorCode.INVALID_TEXT, f"'text' must be a string, not {type(text).__name__}.")
-        if self._session.draining:
-            raise TTSError(ErrorCode.SHUTTING_DOWN, "The server is shutting down; send this to another instance.")
+        self._session.refuse_when_draining()
         settings = self._session.settings
         limit = settings.max_text_chars
         if self._chunker.pending_chars + len(text) > limit:
