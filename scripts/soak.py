@@ -38,6 +38,7 @@ from kokoro_client.deepgram import SPEAK_PATH
 from kokoro_client.local_ws import ws_url
 from kokoro_client.protocol import PING_PATH, WS_PATH
 from kokoro_tts.audio.encoding import ENCODING_THREADS
+from kokoro_tts.engine.capacity import UNLIMITED
 from kokoro_tts.engine.synthesis import TEXT_THREADS
 from prometheus_client.parser import text_string_to_metric_families
 from websockets.asyncio.client import connect
@@ -565,7 +566,9 @@ def check(report: Report) -> list[str]:
 
 def soak(churn: int, vanishing: int, staying: int, model_dir: Path, stuck: int = 8, hostile: int = 120) -> Report:
     port = free_port()
-    env = {**os.environ, "PORT": str(port), "KOKORO_MODEL_DIR": str(model_dir)}
+    # No stream slots: the soak counts what the server does with every session at once (leaks, stuck sockets,
+    # /ping), not how many this machine plays without a gap (the bench's load section measures that).
+    env = {**os.environ, "PORT": str(port), "KOKORO_MODEL_DIR": str(model_dir), "KOKORO_STREAMS": str(UNLIMITED)}
     env.pop("HOST", None)
     base_url = f"http://127.0.0.1:{port}"
     with started(serve_command(), env, stop_timeout_s=30) as process:

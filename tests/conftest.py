@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from hypercorn.asyncio import serve
+from kokoro_tts.engine.capacity import UNLIMITED, StreamSlots
 from kokoro_tts.server.app import create_app
 from kokoro_tts.server.serve import hypercorn_config
 from kokoro_tts.settings import Settings
@@ -37,8 +38,10 @@ def model_dir() -> Path:
 
 @pytest.fixture(scope="session")
 def server(model_dir: Path) -> Iterator[RunningServer]:
-    """Real Hypercorn serving the real app and model, in a thread of this process so tests can look inside."""
-    app = create_app(Settings(model_dir=model_dir))
+    """Real Hypercorn serving the real app and model, in a thread of this process so tests can look inside. Every
+    stream starts at once (no stream slots): tests here must not depend on how fast this machine is;
+    tests/server/test_capacity.py gives the slots their own."""
+    app = create_app(Settings(model_dir=model_dir, streams=UNLIMITED))
     port = free_port()
     stop = threading.Event()
 
@@ -65,6 +68,40 @@ def tight_admission(server: RunningServer) -> Iterator[None]:
     asyncio.run(wait_idle(engine, 60))  # idle first: work a test before this one left running would refuse all
     settings = engine.settings
     engine.settings = dataclasses.replace(settings, max_first_audio_wait_s=0.0)
+    try:
+        yield
+    finally:
+        engine.settings = settings
+
+
+@pytest.fixture
+def one_stream(server: RunningServer) -> Iterator[StreamSlots]:
+    """The shared server plays one stream at a time (its own slots are unlimited, so other tests need not care)."""
+    engine = server.engine
+    asyncio.run(wait_idle(engine, 60))
+    unlimited, engine.slots = engine.slots, StreamSlots(1)
+    try:
+        yield engine.slots
+    finally:
+        engine.slots = unlimited
+
+
+@pytest.fixture
+def long_wait(server: RunningServer) -> Iterator[None]:
+    """A newcomer may wait 30 s for a slot: longer than the playing reply on any machine."""
+    yield from _waiting(server, 30.0)
+
+
+@pytest.fixture
+def short_wait(server: RunningServer) -> Iterator[None]:
+    """A newcomer waits 0.3 s for a slot: far less than the playing reply."""
+    yield from _waiting(server, 0.3)
+
+
+def _waiting(server: RunningServer, seconds: float) -> Iterator[None]:
+    engine = server.engine
+    settings = engine.settings
+    engine.settings = dataclasses.replace(settings, max_first_audio_wait_s=seconds)
     try:
         yield
     finally:

@@ -121,10 +121,11 @@ class Error:
     code: str
     message: str
     id: str | None = None
+    retry_after: int | None = None  # server_busy: seconds to wait before trying again (HTTP's Retry-After)
 
     @classmethod
     def of(cls, error: TTSError, utterance_id: str | None = None) -> Error:
-        return cls(error.code.value, error.message, utterance_id)
+        return cls(error.code.value, error.message, utterance_id, error.retry_after_s)
 
 
 ServerFrame = SynthesisStart | Words | SynthesisComplete | Cancelled | Error
@@ -201,11 +202,12 @@ def server_frame(value: dict[str, Any]) -> ServerFrame:
             case "cancelled":
                 return Cancelled(str(value["id"]))
             case "error":
-                utterance_id = value.get("id")
+                utterance_id, retry_after = value.get("id"), value.get("retry_after")
                 return Error(
                     str(value["code"]),
                     str(value.get("message", "")),
                     None if utterance_id is None else str(utterance_id),
+                    None if retry_after is None else int(retry_after),
                 )
     except (KeyError, TypeError, ValueError) as exc:
         raise TTSError(ErrorCode.INVALID_MESSAGE, f"a {kind} frame without a valid {exc}: {value!r:.200}") from None

@@ -174,13 +174,14 @@ class _EngineCollector(Collector):
         yield _gauge(
             "kokoro_tts_in_use",
             "What each cap counts, now: sessions (WebSocket sessions open), http_streams (HTTP syntheses in "
-            "flight), waiting_first_audio (utterances waiting for their first audio).",
+            "flight), waiting_first_audio (utterances waiting for their first audio), streams (streams holding a "
+            "slot: playing without a gap).",
             ["cap"],
             [((name,), sum(limit.count for limit in limits)) for name, limits in caps],
         )
         yield _gauge(
             "kokoro_tts_limit",
-            "Each cap's ceiling (KOKORO_MAX_*).",
+            "Each cap's ceiling (KOKORO_MAX_*; streams: KOKORO_STREAMS or measured at warm-up, +Inf: no limit).",
             ["cap"],
             [((name,), sum(limit.ceiling for limit in limits)) for name, limits in caps],
         )
@@ -190,10 +191,30 @@ class _EngineCollector(Collector):
         for name, limits in caps:
             refused.add_metric([name], sum(limit.refused for limit in limits))
         yield refused
+        slots = [e.slots for e in engines]
+        yield _gauge(
+            "kokoro_tts_stream_throughput",
+            "Seconds of audio the workers make per second side by side, measured at warm-up: the streams the "
+            "engine could play at once with no headroom.",
+            [],
+            [((), sum(s.throughput for s in slots))],
+        )
+        yield _gauge(
+            "kokoro_tts_stream_headroom",
+            "Stream slots free now: streams that would start at once (+Inf: no limit).",
+            [],
+            [((), sum(s.ceiling - s.count for s in slots))],
+        )
+        yield _gauge(
+            "kokoro_tts_streams_waiting",
+            "Streams waiting for a slot (their first audio later, never a gap).",
+            [],
+            [((), sum(s.waiting for s in slots))],
+        )
 
 
-# The engine's Limits (scheduler.Limit), by the ``cap`` label that names them.
-CAPS = {"sessions": "sessions", "http_streams": "http_streams", "waiting_first_audio": "waiting"}
+# The engine's Limits (scheduler.Limit) and its stream slots (capacity.StreamSlots), by the ``cap`` label.
+CAPS = {"sessions": "sessions", "http_streams": "http_streams", "waiting_first_audio": "waiting", "streams": "slots"}
 
 
 def _gauge(name: str, doc: str, labels: list[str], samples: Iterable[tuple[tuple[str, ...], float]]) -> Metric:

@@ -60,11 +60,17 @@ class Settings:
     max_waiting_first_chunks: int = _setting(
         "KOKORO_MAX_WAITING", 16, "utterances server-wide waiting for their first audio"
     )
-    # Behind the work already accepted (the scheduler's estimate, engine/scheduler.py); beyond it the request is
-    # refused with server_busy and a Retry-After, so accepted work keeps its pace and the client can go elsewhere
-    # instead of timing out.
+    # Behind the work already accepted (the scheduler's estimate, engine/scheduler.py), or for a stream slot
+    # (engine/capacity.py); beyond it the request is refused with server_busy and a Retry-After, so accepted work
+    # keeps its pace and the client can go elsewhere instead of timing out.
     max_first_audio_wait_s: float = _setting(
-        "KOKORO_MAX_FIRST_AUDIO_WAIT_S", 4.0, "longest expected first-audio wait a new HTTP synthesis is taken for"
+        "KOKORO_MAX_FIRST_AUDIO_WAIT_S", 4.0, "longest first-audio wait a new synthesis is taken for (s)"
+    )
+    # A stream (a session speaking, an HTTP synthesis) starts only when the engine can play it through without a
+    # gap beside those already playing (engine/capacity.py); past the slots it waits for its first audio up to
+    # KOKORO_MAX_FIRST_AUDIO_WAIT_S, then server_busy. -1 starts every stream at once, however many there are.
+    streams: int = _setting(
+        "KOKORO_STREAMS", 0, "streams played at once without a gap (0: measured at warm-up; -1: no limit)"
     )
     # Each holds a scheduler slot until its last chunk.
     max_http_streams: int = _setting("KOKORO_MAX_HTTP_STREAMS", 32, "HTTP syntheses streaming at once")

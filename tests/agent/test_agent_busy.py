@@ -8,13 +8,17 @@ on any machine; the agent's retry budget is short so the test stays short.
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 
 import httpx
 import pytest
+from kokoro_tts.engine.capacity import StreamSlots
 from support.agent_fixtures import FAST, AgentServer, agent_settings, invoke, make_model, types
+from support.eventually import eventually
 from support.inproc_server import RunningServer
 from voice_agent.events import Event
+from websockets.asyncio.client import connect
 
 pytestmark = pytest.mark.slow
 
@@ -56,3 +60,23 @@ async def test_a_burst_past_capacity_ends_in_full_audio_or_a_prompt_tts_busy(
     print(f"\n{BIDI} bidi + {BATCH} batch prompts: {outcomes} in {took:.1f} s")
     assert outcomes[:BIDI] == ["spoken"] * BIDI  # sessions are not refused below their caps
     assert "busy" in outcomes[BIDI:], "the burst was over the bound, yet every batch request was taken"
+
+
+async def test_a_bidi_reply_past_the_stream_slots_ends_in_tts_busy_and_the_next_is_spoken(
+    server: RunningServer, one_stream: StreamSlots, short_wait: None
+) -> None:
+    """The TTS server plays one stream and another session holds it: the agent's reply waits its bounded wait for
+    a slot, then ends in ``tts_busy`` (never a start and then a stutter); once the slot is free, a reply is spoken."""
+    settings = agent_settings(server.base_url, tts_busy_retry_s=BUSY_RETRY_S, tts_idle_timeout_s=IDLE_TIMEOUT_S)
+    with AgentServer(settings, make_model(**FAST)).running() as agent:
+        async with connect(server.ws_url) as holder:
+            await holder.send(json.dumps({"text": "This session holds the only stream slot while it speaks."}))
+            await eventually(lambda: one_stream.count, "the other session holds the slot", 60)
+            refused = await invoke(agent.url, {"prompt": "Hi.", "mode": "bidi"}, 120)
+        await eventually(lambda: not one_stream.count, "the slot given back", 30)
+        spoken = await invoke(agent.url, {"prompt": "Hi.", "mode": "bidi"}, 120)
+    last = refused[-1]
+    assert last["type"] == "error" and last["code"] == "tts_busy", types(refused)
+    assert last["tts_code"] == "server_busy"
+    assert "audio_chunk" not in types(refused) and "audio_chunk" in types(spoken)
+    assert spoke_in_full(spoken), types(spoken)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import os
 import shutil
 import signal
@@ -14,6 +15,9 @@ from pathlib import Path
 
 import httpx
 import pytest
+from kokoro_tts.engine.capacity import HEADROOM
+from support.eventually import eventually
+from support.scrape import scrape, value
 from websockets.asyncio.client import connect
 
 from scripts.servers import ServerExited, ServerNotReady, free_port, wait_ready
@@ -89,3 +93,29 @@ async def test_ping_and_new_sessions_answer_within_250_ms_while_every_core_synth
     print(f"ping max {max(ping_ms):.0f} ms, accept max {max(accept_ms):.0f} ms")
     assert max(ping_ms) < 250, f"/ping took {max(ping_ms):.0f} ms under load"
     assert max(accept_ms) < 250, f"a WebSocket accept took {max(accept_ms):.0f} ms under load"
+
+
+async def test_the_warm_up_measures_the_streams_it_plays_and_metrics_show_them(
+    served: tuple[str, list[int]],
+) -> None:
+    """The default `serve` sizes its stream slots from what its warm-up measured, and /metrics shows both; a session
+    holds a slot while it speaks and gives it back when its audio has played out."""
+    base, _ = served
+    before = scrape(base)
+    throughput = value(before, "kokoro_tts_stream_throughput")
+    assert throughput > 0
+    assert value(before, "kokoro_tts_limit", cap="streams") == max(1, math.floor(HEADROOM * throughput))
+    assert value(before, "kokoro_tts_in_use", cap="streams") == 0
+    async with connect(base.replace("http", "ws") + "/invocations-bidirectional-stream") as ws:
+        await ws.send(json.dumps({"text": "A slot is held while this plays."}))
+        while isinstance(await ws.recv(), str):
+            pass  # synthesis_start, then the first audio
+        assert value(scrape(base), "kokoro_tts_in_use", cap="streams") == 1
+        while "synthesis_complete" not in str(await ws.recv()):
+            pass
+        await eventually(  # given back once its audio has played out
+            lambda: not value(scrape(base), "kokoro_tts_in_use", cap="streams"), "the slot given back", 30
+        )
+    after = scrape(base)
+    assert value(after, "kokoro_tts_stream_headroom") == value(after, "kokoro_tts_limit", cap="streams")
+    assert value(after, "kokoro_tts_streams_waiting") == 0

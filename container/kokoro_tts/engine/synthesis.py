@@ -35,6 +35,7 @@ from kokoro_client.protocol import WordTiming
 from kokoro_tts.audio.encoding import SAMPLE_RATE, float_to_pcm16
 from kokoro_tts.engine.backends import Backend, load_backend
 from kokoro_tts.engine.backends.stages import SAMPLES_PER_FRAME
+from kokoro_tts.engine.capacity import StreamSlots
 from kokoro_tts.engine.requests import RequestRules, SpeechRequest
 from kokoro_tts.engine.scheduler import DeadlineScheduler, Limit
 from kokoro_tts.engine.voices import VoiceBank
@@ -87,6 +88,7 @@ class TTSEngine:
         self.sessions = Limit("WebSocket sessions", settings.max_sessions)
         self.waiting = Limit("utterances waiting for their first audio", settings.max_waiting_first_chunks)
         self.http_streams = Limit("HTTP syntheses in flight", settings.max_http_streams)
+        self.slots = StreamSlots(settings.streams)  # measured by ``warm_up``
         self.window_plan = WindowPlan()
         # The decoder's speed, learnt from the windows of every stream: a new chunk's first window is planned from
         # it (unknown until the warm-up has decoded one); and what making a chunk's input takes, which the job of
@@ -119,18 +121,34 @@ class TTSEngine:
         self._text_thread.shutdown(wait=False, cancel_futures=True)
 
     def warm_up(self) -> None:
-        """Build the default language's G2P and run the model once, so the first request is not the slow one."""
+        """Build the default language's G2P and run the model once, so the first request is not the slow one; then
+        measure what the workers make side by side, which sizes the stream slots (engine/capacity.py)."""
         request = self.rules.speech(self.settings.warmup_text, self.settings.default_voice, 1.0)
         texts = self._text_chunks(request)
         for text in texts:
             self._synthesize_chunk(text, request, alone=True)
-        if (jobs := self.backend.parallel_jobs) > 1:
-            # And side by side, as under load (backends/ort_sessions.py): the one-thread sessions' first run is slow.
-            def side_by_side(text: str) -> np.ndarray:
-                return self._synthesize_chunk(text, request, alone=False)
+        jobs = self.backend.parallel_jobs
+        if jobs > 1:  # the one-thread sessions' first run is slow (backends/ort_sessions.py): not the one timed
+            self._as_under_load(texts, request)
+        started = time.perf_counter()
+        samples = self._as_under_load(texts, request)
+        self.slots.measured(samples / SAMPLE_RATE, time.perf_counter() - started)
+        log.info(
+            "stream slots: %g (the workers make %.2f s of audio per second side by side)",
+            self.slots.ceiling,
+            self.slots.throughput,
+        )
 
-            with ThreadPoolExecutor(jobs) as pool:
-                list(pool.map(side_by_side, texts * jobs))
+    def _as_under_load(self, texts: list[str], request: SpeechRequest) -> int:
+        """Every worker makes the texts at once, as under load (one job at a time alone where there is one worker):
+        the samples made."""
+        jobs = self.backend.parallel_jobs
+
+        def worker(_: int) -> int:
+            return sum(self._synthesize_chunk(text, request, alone=jobs == 1).size for text in texts)
+
+        with ThreadPoolExecutor(jobs) as pool:
+            return sum(pool.map(worker, range(jobs)))
 
     async def stream(self, request: SpeechRequest, due: float | None = None) -> AsyncGenerator[AudioChunk]:
         """Audio window by window (batch by batch when not windowed); a chunk with nothing speakable (emoji only,

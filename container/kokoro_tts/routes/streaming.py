@@ -108,16 +108,17 @@ async def stream_speech(
     then stream ``render``'s bytes; the synthesis stops and the HTTP slot is freed however the response ends."""
     engine.scheduler.admit(engine.settings.max_first_audio_wait_s)  # server_busy when too far behind already
     route, started = metrics.route_of(request.url.path), time.perf_counter()
-    engine.http_streams.acquire()  # released when the response ends, however it ends
+    stream = _Stream(engine)  # holds the HTTP slot, then a stream slot; freed when the response ends, however
     try:
-        chunks = engine.stream(speech)
         with engine.waiting.hold():
+            await _admitted(request, engine, stream)
+            chunks = engine.stream(speech)
             first = await _first_chunk(request, chunks)
     except BaseException:
-        engine.http_streams.release()
+        stream.release()
         raise
     if first is None:
-        engine.http_streams.release()
+        stream.release()
         raise TTSError(ErrorCode.NOTHING_TO_SPEAK, "The text has nothing that can be spoken in this voice.")
     first_audio_s = time.perf_counter() - started
     metrics.first_audio(route, first_audio_s)
@@ -125,7 +126,34 @@ async def stream_speech(
     tally.add(first)
     body = tally.until_done(render(first, tally.counting(chunks)))
     headers = {**(headers or {}), "Cache-Control": "no-store"}
-    return _SynthesisResponse(engine, chunks, tally, body, media_type=media_type, headers=headers)
+    return _SynthesisResponse(stream, chunks, tally, body, media_type=media_type, headers=headers)
+
+
+class _Stream:
+    """An HTTP synthesis's hold on the engine's caps: an HTTP stream at once (``server_busy`` past the cap), and a
+    stream slot before its first audio (``_admitted``)."""
+
+    def __init__(self, engine: TTSEngine) -> None:
+        self.engine = engine
+        engine.http_streams.acquire()
+        self._released = False
+
+    def release(self) -> None:
+        if not self._released:
+            self._released = True
+            self.engine.slots.release(self)
+            self.engine.http_streams.release()
+
+
+async def _admitted(request: Request, engine: TTSEngine, stream: _Stream) -> None:
+    """Returns once ``stream`` holds a stream slot (engine/capacity.py): ``server_busy`` past the bounded wait,
+    ``ClientGone`` if the client leaves while it waits."""
+    try:
+        await unless(engine.slots.acquire(stream, engine.settings.max_first_audio_wait_s), _disconnected(request))
+    except Interrupted:
+        metrics.utterance_cancelled(metrics.route_of(request.url.path))
+        log.info("a client left while waiting for a stream slot")
+        raise ClientGone from None
 
 
 @dataclass
@@ -163,13 +191,13 @@ class _Tally:
 
 class _SynthesisResponse(StreamingResponse):
     """Starlette stops the body when the client disconnects while it streams; this also ends the synthesis and
-    frees the HTTP slot, however the response ends (even if it never started)."""
+    frees the stream's slots, however the response ends (even if it never started)."""
 
     def __init__(
-        self, engine: TTSEngine, chunks: AsyncGenerator[AudioChunk], tally: _Tally, *args: Any, **kwargs: Any
+        self, stream: _Stream, chunks: AsyncGenerator[AudioChunk], tally: _Tally, *args: Any, **kwargs: Any
     ) -> None:
         super().__init__(*args, **kwargs)
-        self._engine, self._chunks, self._tally = engine, chunks, tally
+        self._stream, self._chunks, self._tally = stream, chunks, tally
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         try:
@@ -184,7 +212,7 @@ class _SynthesisResponse(StreamingResponse):
                 self._tally.ended()
                 await self._chunks.aclose()
             finally:
-                self._engine.http_streams.release()
+                self._stream.release()
 
 
 async def _first_chunk(request: Request, chunks: AsyncGenerator[AudioChunk]) -> AudioChunk | None:

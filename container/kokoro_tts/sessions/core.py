@@ -129,6 +129,7 @@ class Session:
         self._send_lock = asyncio.Lock()
 
         self._draining = False
+        self._has_spoken = False  # once true, the session goes ahead of newcomers for a stream slot
         # When the audio sent so far will have finished playing (loop time): a sentence queued while earlier ones
         # still play is not needed now, so it yields to other clients' first audio (HTTP batch replies included,
         # which would otherwise wait behind every sentence of every session and time out).
@@ -235,6 +236,7 @@ class Session:
         finally:
             self._speaker.cancel()  # the client left: stop synthesis, drop what is queued
             await asyncio.gather(self._speaker, return_exceptions=True)
+            self.engine.slots.release(self)
             log.info("session closed")
 
     async def shutdown(self, grace_s: float) -> None:
@@ -292,7 +294,7 @@ class Session:
                 if self._draining:
                     break
                 self._wakeup.clear()
-                await self._wakeup.wait()
+                await self._idle()
             if not self._queue:
                 continue
             utterance = self._queue.popleft()
@@ -311,7 +313,38 @@ class Session:
             metrics.utterance_cancelled(self.route)
             raise
 
+    async def _idle(self) -> None:
+        """Waits for the next utterance. A session holding a stream slot gives it back once its audio has played
+        out with nothing queued; the next sentence of a reply, which comes while the last one plays, keeps it."""
+        slots = self.engine.slots
+        if slots.holds(self):
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout_at(self._played_until):
+                    await self._wakeup.wait()
+                    return
+            slots.release(self)
+        await self._wakeup.wait()
+
+    async def _admitted(self, utterance: Utterance) -> bool:
+        """Whether ``utterance`` may start: at once when the session holds a stream slot, else once it gets one
+        (engine/capacity.py; a cancel stops the wait). Refused with ``server_busy`` past the bounded wait, or when
+        too many utterances server-wide wait for their first audio."""
+        slots = self.engine.slots
+        if slots.holds(self):
+            return True
+        try:
+            with self.engine.waiting.hold():
+                await _unless_stopped(
+                    slots.acquire(self, self.settings.max_first_audio_wait_s, returning=self._has_spoken), utterance
+                )
+        except TTSError as error:
+            await self.dialect.refused(error, utterance.id)
+            return False
+        return True
+
     async def _speak_one_counted(self, utterance: Utterance) -> None:
+        if not await self._admitted(utterance):
+            return
         encoder = off_loop_encoder(utterance.format, utterance.sample_rate)
         sent_bytes, audio_ms, synth_ms, started, first_audio_s = 0, 0.0, 0.0, False, None
         loop = asyncio.get_running_loop()
@@ -333,6 +366,7 @@ class Session:
                 if chunk is None or utterance.cancelled:
                     break
                 if not started:
+                    self._has_spoken = True
                     first_audio_s = time.perf_counter() - utterance.received
                     metrics.first_audio(self.route, first_audio_s)
                     await self.dialect.started(utterance)

@@ -1,0 +1,90 @@
+"""Stream slots (engine/capacity.py) on their own: the ceiling from the measurement, the queue's order (returning
+sessions first), the bounded wait, and a waiter that leaves. The real server's use of them: test_capacity.py."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+
+import pytest
+from kokoro_client.errors import ErrorCode, TTSError
+from kokoro_tts.engine.capacity import HEADROOM, MEASURED, UNLIMITED, StreamSlots
+
+
+def test_the_ceiling_is_the_measured_throughput_less_the_headroom() -> None:
+    slots = StreamSlots(MEASURED)
+    assert slots.ceiling == math.inf  # not measured yet: nothing is refused before the warm-up says
+    slots.measured(audio_s=30.0, wall_s=4.0)  # 7.5 s of audio per second
+    assert slots.throughput == 7.5
+    assert slots.ceiling == math.floor(HEADROOM * 7.5) == 6
+    slots.measured(audio_s=1.0, wall_s=2.0)  # slower than real time: still one stream, never none
+    assert slots.ceiling == 1
+
+
+def test_a_fixed_count_or_no_limit_ignores_the_measurement() -> None:
+    fixed, unlimited = StreamSlots(3), StreamSlots(UNLIMITED)
+    for slots in (fixed, unlimited):
+        slots.measured(audio_s=100.0, wall_s=1.0)
+    assert (fixed.ceiling, unlimited.ceiling) == (3, math.inf)
+    with pytest.raises(ValueError, match="streams must be"):
+        StreamSlots(-2)
+
+
+async def test_a_newcomer_waits_for_the_slot_and_gets_it_when_it_is_released() -> None:
+    slots, first, second = StreamSlots(1), object(), object()
+    await slots.acquire(first, 1.0)
+    await slots.acquire(first, 1.0)  # holding one already: no second slot, no wait
+    assert (slots.count, slots.holds(first)) == (1, True)
+    waiting = asyncio.create_task(slots.acquire(second, 5.0))
+    await asyncio.sleep(0.01)
+    assert (waiting.done(), slots.waiting) == (False, 1)
+    slots.release(first)
+    await asyncio.wait_for(waiting, 1.0)
+    assert (slots.holds(first), slots.holds(second), slots.waiting) == (False, True, 0)
+    slots.release(first)  # releasing a slot not held changes nothing
+    assert slots.count == 1
+
+
+async def test_past_the_bounded_wait_it_is_server_busy_with_a_retry_time() -> None:
+    slots = StreamSlots(1)
+    await slots.acquire(object(), 1.0)
+    with pytest.raises(TTSError) as refused:
+        await slots.acquire(object(), 0.05)
+    assert refused.value.code == ErrorCode.SERVER_BUSY
+    assert refused.value.retry_after_s is not None and refused.value.retry_after_s >= 1
+    assert (slots.refused, slots.waiting, slots.count) == (1, 0, 1)
+
+
+async def test_a_returning_session_goes_ahead_of_newcomers_and_newcomers_keep_their_order() -> None:
+    slots, playing = StreamSlots(1), object()
+    await slots.acquire(playing, 1.0)
+    served: list[str] = []
+
+    async def wait(name: str, returning: bool) -> None:
+        holder = object()
+        await slots.acquire(holder, 5.0, returning=returning)
+        served.append(name)
+        await asyncio.sleep(0.01)
+        slots.release(holder)
+
+    tasks = [asyncio.create_task(wait("new 1", False)), asyncio.create_task(wait("new 2", False))]
+    await asyncio.sleep(0.01)
+    tasks.append(asyncio.create_task(wait("returning", True)))
+    await asyncio.sleep(0.01)
+    slots.release(playing)
+    await asyncio.wait_for(asyncio.gather(*tasks), 2.0)
+    assert served == ["returning", "new 1", "new 2"]
+
+
+async def test_a_waiter_that_leaves_is_dropped_from_the_queue_and_loses_no_slot() -> None:
+    slots, playing, leaving, next_one = StreamSlots(1), object(), object(), object()
+    await slots.acquire(playing, 1.0)
+    gone = asyncio.create_task(slots.acquire(leaving, 5.0))
+    staying = asyncio.create_task(slots.acquire(next_one, 5.0))
+    await asyncio.sleep(0.01)
+    gone.cancel()
+    await asyncio.gather(gone, return_exceptions=True)
+    assert slots.waiting == 1
+    slots.release(playing)
+    await asyncio.wait_for(staying, 1.0)
+    assert (slots.holds(leaving), slots.holds(next_one), slots.count) == (False, True, 1)
