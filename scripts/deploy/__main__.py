@@ -14,7 +14,7 @@
   smoke                   the endpoint's health (GPU asserted on ml.g*/ml.p*), then two sentences through
                           InvokeEndpointWithBidirectionalStream; prints the time to first audio
   smoke-runtime           one reply of the AgentCore runtime (InvokeAgentRuntime): Bedrock's model, decodable speech
-  outputs                 what was deployed: the endpoint name and the runtime ARN
+  outputs                 what was deployed: the endpoint name, the runtime ARN, the autoscaling target
   deployer-policy         the IAM policy document the deploying identity needs (what the preflight checks)
 
 Settings come from the environment as make passes them (BEDROCK_MODEL_ID, AWS_REGION, INSTANCE_TYPE,
@@ -315,6 +315,12 @@ def cmd_outputs(args: argparse.Namespace) -> int:
     runtime = outputs.get("agent_runtime_arn") or "(not read back: enable_runtime_outputs is false)"
     print(f"SageMaker endpoint:   {outputs['endpoint_name']}  ({outputs['endpoint_arn']})")
     print(f"AgentCore runtime:    {runtime}")
+    if outputs.get("autoscaling_target") is not None:
+        # Derived from the measured stream capacity, or an estimate on a GPU type: the source says which.
+        print(
+            f"Autoscaling target:   {outputs['autoscaling_target']:g} open sessions per instance "
+            f"({outputs.get('autoscaling_target_source') or 'source not reported'})"
+        )
     if outputs.get("agent_runtime_arn"):
         print(f"Talk to it:           .venv/bin/python -m scripts.agent_client --arn {runtime} --region {region}")
     return 0
@@ -410,7 +416,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--retry-delay", type=float, default=15.0)
     p.set_defaults(func=cmd_smoke_runtime)
 
-    p = sub.add_parser("outputs", help="print the endpoint name and the runtime ARN")
+    p = sub.add_parser("outputs", help="print the endpoint name, the runtime ARN and the autoscaling target")
     p.add_argument("--deployment-outputs", type=Path, required=True)
     p.set_defaults(func=cmd_outputs)
 

@@ -28,6 +28,16 @@ output "autoscaling_resource_id" {
   value       = module.sagemaker_endpoint.autoscaling_resource_id
 }
 
+output "autoscaling_target" {
+  description = "Autoscaling target: concurrent requests (open TTS sessions) per instance (null without autoscaling)."
+  value       = module.sagemaker_endpoint.autoscaling_target
+}
+
+output "autoscaling_target_source" {
+  description = "Where the autoscaling target comes from (derived, extrapolated, estimate or override, with the figures; null without autoscaling)."
+  value       = module.sagemaker_endpoint.autoscaling_target_source
+}
+
 output "endpoint_log_group" {
   description = "CloudWatch log group of the endpoint's containers."
   value       = module.sagemaker_endpoint.log_group_name

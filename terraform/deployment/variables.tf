@@ -152,9 +152,14 @@ variable "enable_autoscaling" {
 }
 
 variable "target_concurrent_requests_per_model" {
-  description = "Autoscaling target: open requests (TTS sessions) per instance before another instance is added."
+  description = "Override of the autoscaling target: open requests (TTS sessions) per instance before another instance is added. null: derived from instance_type (modules/sagemaker_endpoint/capacity.tf, docs/deploy.md): the stream slots the server computes on a CPU type, a labelled estimate (16) on a GPU type."
   type        = number
-  default     = 16
+  default     = null
+
+  validation {
+    condition     = var.target_concurrent_requests_per_model == null ? true : var.target_concurrent_requests_per_model > 0
+    error_message = "target_concurrent_requests_per_model must be positive, or null to derive it from instance_type."
+  }
 }
 
 variable "log_retention_days" {

@@ -237,6 +237,73 @@ run "apply_roles_and_runtime" {
     condition     = module.sagemaker_endpoint.autoscaling_resource_id == "endpoint/kokoro-tts/variant/AllTraffic"
     error_message = "Autoscaling must target the endpoint's variant."
   }
+
+  # The default type is a GPU type, whose stream capacity nobody has measured: the target says it is an estimate.
+  assert {
+    condition     = output.autoscaling_target == 16 && startswith(output.autoscaling_target_source, "estimate: ml.g5.xlarge is a GPU type")
+    error_message = "On ml.g5.xlarge the target is the labelled GPU estimate, 16."
+  }
+}
+
+# The target of a CPU type is the stream slots its server computes: floor(0.8 * 7.61 / 2 * vCPUs).
+run "cpu_target_is_derived_from_the_measurement" {
+  command = plan
+
+  variables {
+    instance_type = "ml.c7i.xlarge"
+  }
+
+  assert {
+    condition     = output.autoscaling_target == 12
+    error_message = "ml.c7i.xlarge (4 vCPUs): floor(0.8 * 3.805 * 4) = 12."
+  }
+
+  assert {
+    condition     = startswith(output.autoscaling_target_source, "derived: floor(0.8 headroom * 3.805 s of audio per second per vCPU * 4 vCPUs) = 12")
+    error_message = "The source of a c7i target names the formula and its figures."
+  }
+}
+
+run "cpu_target_on_another_cpu_is_extrapolated" {
+  command = plan
+
+  variables {
+    instance_type = "ml.m5.large"
+  }
+
+  assert {
+    condition     = output.autoscaling_target == 6 && startswith(output.autoscaling_target_source, "extrapolated: ")
+    error_message = "ml.m5.large (2 vCPUs, an older CPU than the one measured): 6, marked extrapolated."
+  }
+}
+
+run "an_explicit_target_wins" {
+  command = plan
+
+  variables {
+    instance_type                        = "ml.c7i.xlarge"
+    target_concurrent_requests_per_model = 5
+  }
+
+  assert {
+    condition     = output.autoscaling_target == 5
+    error_message = "target_concurrent_requests_per_model overrides the derived target."
+  }
+
+  assert {
+    condition     = output.autoscaling_target_source == "override: target_concurrent_requests_per_model = 5 (the derived figure would be 12)"
+    error_message = "The source of an override says so and what the derivation would give."
+  }
+}
+
+run "rejects_a_target_that_is_not_positive" {
+  command = plan
+
+  variables {
+    target_concurrent_requests_per_model = 0
+  }
+
+  expect_failures = [var.target_concurrent_requests_per_model]
 }
 
 # What the moto run uses: a CPU instance type moto accepts, no autoscaling, no stack outputs.
@@ -271,6 +338,11 @@ run "emulator_settings" {
   assert {
     condition     = module.sagemaker_endpoint.autoscaling_resource_id == null
     error_message = "enable_autoscaling = false must leave the variant unregistered."
+  }
+
+  assert {
+    condition     = output.autoscaling_target == null && output.autoscaling_target_source == null
+    error_message = "Without autoscaling there is no target."
   }
 
   assert {

@@ -53,7 +53,12 @@ run "endpoint_scales_on_concurrent_streams" {
 
   assert {
     condition     = aws_appautoscaling_policy.this[0].target_tracking_scaling_policy_configuration[0].target_value == 16
-    error_message = "The default target is 16 open sessions per instance."
+    error_message = "The default type, ml.g5.xlarge, gets the GPU estimate: 16 open sessions per instance."
+  }
+
+  assert {
+    condition     = output.autoscaling_target == 16 && startswith(output.autoscaling_target_source, "estimate: ")
+    error_message = "The outputs say the GPU target is an estimate."
   }
 
   assert {
@@ -260,4 +265,100 @@ run "rejects_an_ami_version_the_provider_rejects" {
   }
 
   expect_failures = [var.inference_ami_version]
+}
+
+# The measured machine itself: 2 vCPUs of the c7i generation, where the server computed 6 stream slots.
+run "cpu_target_is_the_servers_slot_count" {
+  command = plan
+
+  module {
+    source = "../modules/sagemaker_endpoint"
+  }
+
+  variables {
+    name               = "kokoro-tts"
+    execution_role_arn = "arn:aws:iam::123456789012:role/kokoro-tts-sagemaker"
+    image_uri          = "123456789012.dkr.ecr.us-east-1.amazonaws.com/kokoro-tts/tts@sha256:1111111111111111111111111111111111111111111111111111111111111111"
+    model_data_s3_uri  = "s3://kokoro-weights-test/kokoro-82m/v1.0/"
+    instance_type      = "ml.c7i.large"
+  }
+
+  assert {
+    condition     = aws_appautoscaling_policy.this[0].target_tracking_scaling_policy_configuration[0].target_value == 6
+    error_message = "ml.c7i.large (2 vCPUs): floor(0.8 * 7.61) = 6, the slots the server computed on the measured machine."
+  }
+
+  assert {
+    condition     = startswith(output.autoscaling_target_source, "derived: ")
+    error_message = "A c7i target is derived from a measurement on its own CPU generation."
+  }
+}
+
+# vCPU counts that do not follow the size name (c4.8xlarge: 36) and the largest type.
+run "cpu_target_follows_the_vcpu_count" {
+  command = plan
+
+  module {
+    source = "../modules/sagemaker_endpoint"
+  }
+
+  variables {
+    name               = "kokoro-tts"
+    execution_role_arn = "arn:aws:iam::123456789012:role/kokoro-tts-sagemaker"
+    image_uri          = "123456789012.dkr.ecr.us-east-1.amazonaws.com/kokoro-tts/tts@sha256:1111111111111111111111111111111111111111111111111111111111111111"
+    model_data_s3_uri  = "s3://kokoro-weights-test/kokoro-82m/v1.0/"
+    instance_type      = "ml.c4.8xlarge"
+  }
+
+  assert {
+    condition     = output.autoscaling_target == 109
+    error_message = "ml.c4.8xlarge (36 vCPUs): floor(0.8 * 3.805 * 36) = 109."
+  }
+
+  assert {
+    condition     = startswith(output.autoscaling_target_source, "extrapolated: ") && strcontains(output.autoscaling_target_source, "ml.c4 has another CPU")
+    error_message = "A target on another CPU than the one measured says it is extrapolated."
+  }
+}
+
+# A type with no vCPU count in capacity.tf (a Graviton type: the deployment root refuses it, the module does not)
+# needs an explicit target.
+run "rejects_a_cpu_type_with_no_derivation" {
+  command = plan
+
+  module {
+    source = "../modules/sagemaker_endpoint"
+  }
+
+  variables {
+    name               = "kokoro-tts"
+    execution_role_arn = "arn:aws:iam::123456789012:role/kokoro-tts-sagemaker"
+    image_uri          = "123456789012.dkr.ecr.us-east-1.amazonaws.com/kokoro-tts/tts@sha256:1111111111111111111111111111111111111111111111111111111111111111"
+    model_data_s3_uri  = "s3://kokoro-weights-test/kokoro-82m/v1.0/"
+    instance_type      = "ml.c7g.xlarge"
+  }
+
+  expect_failures = [var.target_concurrent_requests_per_model]
+}
+
+run "an_explicit_target_needs_no_derivation" {
+  command = plan
+
+  module {
+    source = "../modules/sagemaker_endpoint"
+  }
+
+  variables {
+    name                                 = "kokoro-tts"
+    execution_role_arn                   = "arn:aws:iam::123456789012:role/kokoro-tts-sagemaker"
+    image_uri                            = "123456789012.dkr.ecr.us-east-1.amazonaws.com/kokoro-tts/tts@sha256:1111111111111111111111111111111111111111111111111111111111111111"
+    model_data_s3_uri                    = "s3://kokoro-weights-test/kokoro-82m/v1.0/"
+    instance_type                        = "ml.c7g.xlarge"
+    target_concurrent_requests_per_model = 7.5
+  }
+
+  assert {
+    condition     = output.autoscaling_target == 7.5 && output.autoscaling_target_source == "override: target_concurrent_requests_per_model = 7.5 (no figure is derived for ml.c7g.xlarge)"
+    error_message = "An explicit target is used as given."
+  }
 }

@@ -126,7 +126,8 @@ resource "aws_appautoscaling_policy" "this" {
   count = var.enable_autoscaling ? 1 : 0
 
   # A TTS session is one long request: ConcurrentRequestsPerModel counts the open streams (sampled every
-  # 10 s), where invocations per minute would see one call per hour-long session.
+  # 10 s), where invocations per minute would see one call per hour-long session. The target is the stream
+  # capacity of one instance (capacity.tf).
   name               = "${var.name}-concurrent-requests"
   policy_type        = "TargetTrackingScaling"
   service_namespace  = aws_appautoscaling_target.this[0].service_namespace
@@ -134,7 +135,7 @@ resource "aws_appautoscaling_policy" "this" {
   scalable_dimension = aws_appautoscaling_target.this[0].scalable_dimension
 
   target_tracking_scaling_policy_configuration {
-    target_value       = var.target_concurrent_requests_per_model
+    target_value       = local.autoscaling_target
     scale_in_cooldown  = var.scale_in_cooldown
     scale_out_cooldown = var.scale_out_cooldown
 

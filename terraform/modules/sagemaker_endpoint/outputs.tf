@@ -48,6 +48,16 @@ output "autoscaling_metric" {
   value       = one(aws_appautoscaling_policy.this[*].target_tracking_scaling_policy_configuration[0].predefined_metric_specification[0].predefined_metric_type)
 }
 
+output "autoscaling_target" {
+  description = "Target value of the target-tracking policy: concurrent requests (open TTS sessions) per instance (null without autoscaling)."
+  value       = one(aws_appautoscaling_policy.this[*].target_tracking_scaling_policy_configuration[0].target_value)
+}
+
+output "autoscaling_target_source" {
+  description = "Where the target comes from: \"derived: ...\" (the measured CPU generation), \"extrapolated: ...\" (another CPU), \"estimate: ...\" (a GPU type, not measured) or \"override: ...\", with the figures (null without autoscaling)."
+  value       = var.enable_autoscaling ? local.autoscaling_target_source : null
+}
+
 output "model_data_source" {
   description = "Where the weights come from: s3_uri, s3_data_type and compression_type."
   value = {

@@ -90,13 +90,19 @@ variable "enable_autoscaling" {
 }
 
 variable "target_concurrent_requests_per_model" {
-  description = "Target of SageMakerVariantConcurrentRequestsPerModelHighResolution: open requests (TTS sessions) per instance's container before another instance is added."
+  description = "Override of the autoscaling target (SageMakerVariantConcurrentRequestsPerModelHighResolution: open requests, i.e. TTS sessions, per instance's container before another instance is added). null: derived from instance_type (capacity.tf): the stream slots the server computes on a CPU type, a labelled estimate (16) on a GPU type."
   type        = number
-  default     = 16
+  default     = null
 
   validation {
-    condition     = var.target_concurrent_requests_per_model > 0
-    error_message = "target_concurrent_requests_per_model must be positive."
+    condition     = var.target_concurrent_requests_per_model == null ? true : var.target_concurrent_requests_per_model > 0
+    error_message = "target_concurrent_requests_per_model must be positive, or null to derive it from instance_type."
+  }
+
+  # Every CPU type the deployment accepts has a vCPU count in capacity.tf; a module user's other type needs a value.
+  validation {
+    condition     = var.target_concurrent_requests_per_model != null || !var.enable_autoscaling || local.derived_target != null
+    error_message = "No autoscaling target is derived for ${var.instance_type} (no vCPU count in capacity.tf): set target_concurrent_requests_per_model."
   }
 }
 
