@@ -3,8 +3,13 @@
 On a GPU host (the dev lock carries the GPU extra with container/requirements-torch.lock's pins: torch 2.10.0 on
 CUDA 12.8), it derives the torch weights if the layout lacks them, starts ``serve`` with KOKORO_BACKEND=torch and
 KOKORO_DEVICE=cuda, checks /health says ``cuda``, then measures time to first audio (one session, WebSocket) and
-1/8/32 sessions speaking at once. Without a usable GPU it refuses (exit 2) and says why. ``--allow-cpu`` runs the
-same steps on the CPU, for testing the script itself; its report says so.
+1/8/32 sessions speaking at once, each heard to its end and held open until its audio has played, as a caller's
+would be. It reports the streams per GPU: the server's own warm-up measurement (its stream slots and the seconds of
+audio it makes per second, from /metrics; engine/capacity.py), which the autoscaling target of a GPU type should
+come from (docs/deploy.md), and per level the sessions served and those refused with server_busy past the slots.
+There is no batching across sessions yet, so there is no "with batching" figure beside it. Without a usable GPU
+it refuses (exit 2) and says why. ``--allow-cpu`` runs the same steps on the CPU, for testing the script itself;
+its report says so.
 
     python -m scripts.gpu_check [--out bench/results/gpu.json] [--levels 1,8,32] [--trials 10]
 """
@@ -26,7 +31,7 @@ from typing import Any
 
 import httpx
 
-from scripts.bench.client import LONG, SHORT, concurrent, local_server, model_dir, pct, ws_once
+from scripts.bench.client import LONG, SHORT, concurrent, local_server, model_dir, pct, server_metrics, ws_once
 from scripts.bench.texts import LOAD_REPLY
 
 REPO = Path(__file__).resolve().parent.parent
@@ -74,8 +79,16 @@ async def measure(url: str, levels: Sequence[int], trials: int, reply: str, dead
         if time.monotonic() > deadline:
             rows.append({"sessions": sessions, "measured": False, "why": "the 8-minute budget ran out"})
             continue
-        rows.append(await asyncio.wait_for(concurrent(url, sessions, reply), max(1.0, deadline - time.monotonic())))
+        level = concurrent(url, sessions, reply, busy_ok=True, play_out=True)
+        rows.append(await asyncio.wait_for(level, max(1.0, deadline - time.monotonic())))
+    async with httpx.AsyncClient(timeout=10) as client:
+        server = await server_metrics(client, url)
     return {
+        "streams": {
+            "slots": None if server["streams_limit"] == float("inf") else int(server["streams_limit"]),
+            "throughput_audio_s_per_s": round(server["stream_throughput"], 2),
+            "batching": None,  # not built yet: one model call per stream
+        },
         "first_audio": {
             "text": SHORT,
             "trials": trials,
@@ -138,7 +151,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         **results,
     }
     write_report(args.out, document)
-    print(f"gpu-check: wrote {args.out} ({device}, {document['run']['wall_s']} s)")
+    slots = document["streams"]["slots"]
+    print(f"gpu-check: wrote {args.out} ({device}, {slots} stream slots, {document['run']['wall_s']} s)")
     return 0
 
 

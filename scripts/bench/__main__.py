@@ -1,9 +1,10 @@
 """Run the benchmark: ``python -m scripts.bench [--quick] [--target local|deployed] [--out DIR]``.
 
 Local (the default) starts the real server on a free port, and beside it the same server with windowed vocoding
-switched off (KOKORO_WINDOWED=0, the side-by-side baseline of the first-window figures), and loads our engine in this
-process too (for the naive baseline and the kokoro-onnx comparison), then runs the sections one after the other,
-never two at once, so they do not compete for the cores. Writes DIR/latest.json, DIR/latest.md, DIR/isolated_tts.png
+switched off (KOKORO_WINDOWED=0, the side-by-side baseline of the first-window figures) and, for the load section's
+old policy, without stream slots (KOKORO_STREAMS=-1; not in --quick), and loads our engine in this process too (for
+the naive baseline and the kokoro-onnx comparison), then runs the sections one after the other, never two at once, so
+they do not compete for the cores. Writes DIR/latest.json, DIR/latest.md, DIR/isolated_tts.png
 and DIR/load.png; DIR is bench/results for a full local run (the figures the README quotes), bench/results/quick for
 --quick (ignored by git), bench/results/deployed for --target deployed. A quick run never writes over a full run's
 results.
@@ -25,8 +26,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from .client import REPO, WINDOWING_OFF, cpu_model, drain, local_server
+from .client import NO_STREAM_SLOTS, REPO, WINDOWING_OFF, cpu_model, drain, local_server
 from .end_to_end import TTSTarget, run_end_to_end
+from .load import LEVELS, LoadServer, run_load
 from .report import ABOUT, SECTIONS, Section, plot_isolated, plot_load, write_json, write_markdown
 
 RESULTS = REPO / "bench" / "results"
@@ -61,12 +63,14 @@ class Plan:
     # --quick must stay under 2 minutes: on a machine slow (or busy) enough to have used this much by the time
     # peer's turn comes, peer is skipped, and its headline says so.
     peer_after_s: float | None = None
+    # The load section's old policy beside the new: a server without stream slots (its own process and warm-up).
+    no_slots_server: bool = True
 
     @classmethod
     def of(cls, quick: bool) -> Plan:
         if quick:
-            return cls(2, [1, 2], 4, 1, 1, 2, 0, peer_after_s=80.0)
-        return cls(5, [1, 2, 4, 8, 16], 24, 3, 3, None, 2)
+            return cls(2, [1, 2], 4, 1, 1, 2, 0, peer_after_s=80.0, no_slots_server=False)
+        return cls(5, LEVELS, 24, 3, 3, None, 2)
 
 
 def machine_info(backend: str) -> dict[str, Any]:
@@ -94,15 +98,22 @@ async def timed(name: str, work: Awaitable[Section]) -> Section:
 async def run_local(plan: Plan, url: str | None, started: float) -> tuple[dict[str, Any], dict[str, Section]]:
     from .inproc import InProcess
     from .isolated import run_isolated
-    from .load import run_load
     from .peer import run_peer
     from .transport import run_transport
 
     with ThreadPoolExecutor(1) as pool, ExitStack() as servers:
-        loading = pool.submit(InProcess.load)  # meanwhile the server starts in its own process
+        # The servers start one at a time, each with the cores to itself: its warm-up measures what they make,
+        # which sizes its stream slots (the load section's subject). Our engine loads beside the one whose slots
+        # nothing reads: the server without slots, or in --quick (figures not to quote) the windowing-off one.
         base = servers.enter_context(local_server()) if url is None else url.rstrip("/")
+        loading = None if plan.no_slots_server else pool.submit(InProcess.load)
         # The same server with windowed vocoding switched off, idle while the other is measured: the side by side.
         whole = servers.enter_context(local_server(env=WINDOWING_OFF)) if url is None else None
+        loading = loading or pool.submit(InProcess.load)
+        no_slots = None
+        if url is None and plan.no_slots_server:
+            # The old policy (every stream starts at once), beside the new in the load section.
+            no_slots = servers.enter_context(local_server(env=NO_STREAM_SLOTS))
         inproc = loading.result()
         inproc.engine.start()  # the deadline scheduler's worker, for TTSEngine.stream
 
@@ -117,7 +128,7 @@ async def run_local(plan: Plan, url: str | None, started: float) -> tuple[dict[s
                 "isolated_tts": await timed("isolated_tts", run_isolated(base, inproc, plan.trials, whole)),
                 "end_to_end": await timed("end_to_end", run_end_to_end(local, plan.e2e_trials, settle, off)),
                 "transport": await timed("transport", run_transport(base, plan.segments)),
-                "load": await timed("load", run_load(base, plan.levels, whole)),
+                "load": await timed("load", run_load(load_servers(base, no_slots, whole), plan.levels)),
             }
             # Last, with the server idle: the comparison runs in this process.
             used = time.perf_counter() - started
@@ -135,6 +146,16 @@ async def run_local(plan: Plan, url: str | None, started: float) -> tuple[dict[s
         finally:
             await inproc.engine.stop()
     return machine_info(inproc.backend), sections
+
+
+def load_servers(base: str, no_slots: str | None, whole: str | None) -> list[LoadServer]:
+    """The servers the load section compares, the one as it ships first."""
+    servers = [LoadServer("default", "stream slots as shipped", base)]
+    if no_slots is not None:
+        servers.append(LoadServer("no_slots", "no slots", no_slots, "KOKORO_STREAMS=-1"))
+    if whole is not None:
+        servers.append(LoadServer("windowing_off", "windowing off", whole, "KOKORO_WINDOWED=0"))
+    return servers
 
 
 async def run_deployed(plan: Plan) -> tuple[dict[str, Any], dict[str, Section]]:
@@ -188,8 +209,8 @@ def main(argv: list[str] | None = None) -> None:
     write_json(args.out / "latest.json", run, machine, sections)
     write_markdown(args.out / "latest.md", run, machine, sections)
     plot_isolated(args.out / "isolated_tts.png", sections["isolated_tts"].tables[0][1], machine)
-    if levels := sections["load"].data.get("levels"):
-        plot_load(args.out / "load.png", levels, machine)
+    if "policies" in sections["load"].data:
+        plot_load(args.out / "load.png", sections["load"].data, machine)
 
     print(f"Machine: {machine['cores']} cores, {machine['cpu_model']}, backend {machine['backend']}")
     print("Absolute times compare only within this run and machine: the ratios are the result.")

@@ -20,7 +20,8 @@ ABOUT = {
     "written) against batch (the whole reply first)",
     "transport": "the same speech in each audio format: bytes, the cost of base64 in SSE, and whether it is still "
     "understood",
-    "load": "several sessions speaking at once: first-audio latency, keeping up, and the health check meanwhile",
+    "load": "how many sessions this machine serves at once in real time: first audio, players running dry and "
+    "callers refused, with the server's stream slots and without",
     "peer": "kokoro-onnx, another wrapper of the same model, on the same text, voice and machine",
 }
 
@@ -108,24 +109,45 @@ def plot_isolated(path: Path, rows: list[Row], machine: dict[str, Any]) -> None:
     plt.close(fig)
 
 
-def plot_load(path: Path, rows: list[Row], machine: dict[str, Any]) -> None:
-    """TTFA p50/p95 and /ping p50/max against concurrent sessions, one panel each."""
+def plot_load(path: Path, load: dict[str, Any], machine: dict[str, Any]) -> None:
+    """Against concurrent sessions, one line per server (the load section's ``policies``): first audio p95 of the
+    served sessions beside the real-time target, and the sessions that ran dry or were refused."""
     plt = _pyplot()
+    from matplotlib.lines import Line2D
+    from matplotlib.ticker import LogLocator, MaxNLocator, NullFormatter, StrMethodFormatter
+
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4.2))
-    sessions = [int(r["sessions"]) for r in rows]
-    left.plot(sessions, [r["ttfa_p50_ms"] for r in rows], "o-", label="TTFA p50")
-    left.plot(sessions, [r["ttfa_p95_ms"] for r in rows], "s--", label="TTFA p95")
-    left.set_ylabel("time to first audio (ms)")
-    right.plot(sessions, [r["ping_p50_ms"] for r in rows], "o-", label="/ping p50")
-    right.plot(sessions, [r["ping_max_ms"] for r in rows], "s--", label="/ping max")
-    right.set_ylabel("/ping latency (ms)")
+    policies = list(load["policies"].values())
+    for i, policy in enumerate(policies):
+        rows, color = policy["levels"], f"C{i}"
+        sessions = [int(r["sessions"]) for r in rows]
+        served = [r for r in rows if r["served"]]
+        p95 = [r["ttfa_p95_ms"] for r in served]
+        left.plot([r["sessions"] for r in served], p95, "o-", color=color, label=policy["server"])
+        right.plot(sessions, [r["sessions_ran_dry"] or 0 for r in rows], "o-", color=color)
+        right.plot(sessions, [r["refused"] for r in rows], "x--", color=color)
+    target = load["real_time_ttfa_p95_ms"]
+    left.axhline(target, color="grey", linewidth=0.8, linestyle=":", label=f"{target:.0f} ms (real time)")
+    left.set_yscale("log")  # from about 100 ms to seconds where sessions wait or queue
+    left.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+    left.yaxis.set_major_formatter(StrMethodFormatter("{x:g}"))
+    left.yaxis.set_minor_formatter(NullFormatter())
+    right.yaxis.set_major_locator(MaxNLocator(integer=True))
+    left.set_ylabel("time to first audio, p95 of the served (ms)")
+    right.set_ylabel("sessions")
+    ran_dry = Line2D([], [], color="grey", linestyle="-", marker="o", label="ran dry after their first audio")
+    refused = Line2D([], [], color="grey", linestyle="--", marker="x", label="refused (server_busy)")
+    right.legend(handles=[ran_dry, refused], fontsize=7)
+    left.legend(fontsize=7)
+    ticks = sorted({int(r["sessions"]) for policy in policies for r in policy["levels"]})
     for ax in (left, right):
         ax.set_xscale("log", base=2)
-        ax.set_xticks(sessions, [str(s) for s in sessions])
+        ax.set_xticks(ticks, [str(s) for s in ticks])
         ax.set_xlabel("concurrent sessions")
         ax.grid(alpha=0.3)
-        ax.legend()
-    fig.suptitle(f"Load: sessions speaking a 2-sentence reply at once\n{machine_line(machine)}", fontsize=9)
+    fig.suptitle(
+        f"Load: sessions speaking a 2-sentence reply at once, heard to the end\n{machine_line(machine)}", fontsize=9
+    )
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -10,8 +10,11 @@ assert len(REPLY) == 267, len(REPLY)
 FIRST_SENTENCE = "Thanks for reaching out about your order."
 assert REPLY.startswith(FIRST_SENTENCE)
 
-# A multi-sentence reply short enough that 31 sessions of it (1+2+4+8+16) fit a 2-core run: two chunks, about 3 s
-# of audio. Its second chunk is what the deadline scheduler lets wait while other sessions' first chunks go first.
+# A multi-sentence reply short enough that the load section's 49 sessions of it (1+2+4+6+8+12+16) per server fit a
+# 2-core run: two chunks, about 4 s of audio. Its second chunk is what the deadline scheduler lets wait while other
+# sessions' first chunks go first. A stream slot comes free only when a reply has played out, after about 4 s: as
+# long as the server's bound on the wait for one (KOKORO_MAX_FIRST_AUDIO_WAIT_S, 4 s), so a level's sessions past the
+# slots are refused rather than served late.
 LOAD_REPLY = "Sure, I can help with that. Your order ships today."
 
 # Transport: ordinary English, one segment (utterance) each; common words so pocketsphinx's WER means something.

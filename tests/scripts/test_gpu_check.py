@@ -39,4 +39,8 @@ def test_a_cpu_run_writes_the_report_against_the_real_server(model_dir: Path, tm
     assert len(report["health"]["model_sha256"]) == 64
     assert report["first_audio"]["ttfa_p50_ms"] > 0
     assert [row["sessions"] for row in report["concurrency"]["levels"]] == [1, 2]
-    assert all(row["ttfa_p50_ms"] > 0 for row in report["concurrency"]["levels"])
+    levels = report["concurrency"]["levels"]
+    assert all(row["served"] + row["refused"] == row["sessions"] and row["lost"] == 0 for row in levels)
+    assert all(row["ttfa_p50_ms"] > 0 for row in levels if row["served"])
+    streams = report["streams"]  # streams per GPU, as the server measured them at warm-up
+    assert streams["throughput_audio_s_per_s"] > 0 and streams["slots"] >= 1
