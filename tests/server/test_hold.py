@@ -146,7 +146,13 @@ async def test_session_utterance_past_the_waiting_cap_is_server_busy_and_the_ses
         holder = await _hold_the_slot(server)
         await ws.send(json.dumps({"text": "Hello.", "id": "busy"}))
         error = json.loads(await ws.recv())
-        assert error == {"type": "error", "code": "server_busy", "message": error["message"], "id": "busy"}
+        assert error == {
+            "type": "error",
+            "code": "server_busy",
+            "message": error["message"],
+            "id": "busy",
+            "retry_after": 1,  # as HTTP's Retry-After: the least the server tells a client to wait
+        }
         await holder
         await ws.send(json.dumps({"text": "Now.", "id": "ok"}))
         transcript = Transcript()

@@ -65,7 +65,7 @@ class StreamSlots:
 
     @property
     def waiting(self) -> int:
-        return sum(1 for waiter in self._queue if not waiter.granted.done())
+        return len(self._queue)
 
     def holds(self, holder: object) -> bool:
         return holder in self._holders
@@ -77,7 +77,7 @@ class StreamSlots:
         if holder in self._holders:
             return
         # A newcomer queues behind anyone waiting; a returning session only behind other returning ones.
-        ahead = any(not w.granted.done() and (not w.newcomer or not returning) for w in self._queue)
+        ahead = any(not w.newcomer or not returning for w in self._queue)
         if self.count < self.ceiling and not ahead:
             self._holders.add(holder)
             return
@@ -88,7 +88,7 @@ class StreamSlots:
                 await asyncio.shield(waiter.granted)
         except TimeoutError:
             if not waiter.granted.done():
-                waiter.granted.cancel()
+                self._leave(waiter)
                 self.refused += 1
                 raise busy(
                     f"All {self.ceiling:g} streams this server plays without a gap are in use and none came free "
@@ -99,8 +99,14 @@ class StreamSlots:
             if waiter.granted.done():
                 self.release(holder)  # handed over just now: pass it on
             else:
-                waiter.granted.cancel()
+                self._leave(waiter)
             raise
+
+    def _leave(self, waiter: _Waiter) -> None:
+        """``waiter`` stops waiting: out of the queue now (not when a slot next frees, which can be minutes away)."""
+        waiter.granted.cancel()
+        self._queue.remove(waiter)
+        heapq.heapify(self._queue)
 
     def release(self, holder: object) -> None:
         """``holder`` is done playing: its slot goes to the first in the queue (no-op for one holding none)."""
@@ -109,6 +115,5 @@ class StreamSlots:
         self._holders.discard(holder)
         while self._queue and self.count < self.ceiling:
             waiter = heapq.heappop(self._queue)
-            if not waiter.granted.done():
-                self._holders.add(waiter.holder)
-                waiter.granted.set_result(None)
+            self._holders.add(waiter.holder)
+            waiter.granted.set_result(None)
