@@ -35,6 +35,7 @@ async def test_a_newcomer_waits_for_the_slot_and_gets_it_when_it_is_released() -
     await slots.acquire(first, 1.0)
     await slots.acquire(first, 1.0)  # holding one already: no second slot, no wait
     assert (slots.count, slots.holds(first)) == (1, True)
+    assert not slots.try_acquire(second)  # none free: no slot, and no place in the queue either
     waiting = asyncio.create_task(slots.acquire(second, 5.0))
     await asyncio.sleep(0.01)
     assert (waiting.done(), slots.waiting) == (False, 1)

@@ -70,16 +70,22 @@ class StreamSlots:
     def holds(self, holder: object) -> bool:
         return holder in self._holders
 
-    async def acquire(self, holder: object, max_wait_s: float, *, returning: bool = False) -> None:
-        """Returns once ``holder`` has a slot: at once when one is free and nobody waits ahead, else when one is
-        handed to it; ``server_busy`` after ``max_wait_s``. ``returning``: a session that has spoken before, served
-        before every newcomer."""
+    def try_acquire(self, holder: object, *, returning: bool = False) -> bool:
+        """Whether ``holder`` has a slot now, taking a free one unless someone waits ahead of it (a newcomer queues
+        behind anyone waiting; a returning session only behind other returning ones)."""
         if holder in self._holders:
-            return
-        # A newcomer queues behind anyone waiting; a returning session only behind other returning ones.
+            return True
         ahead = any(not w.newcomer or not returning for w in self._queue)
         if self.count < self.ceiling and not ahead:
             self._holders.add(holder)
+            return True
+        return False
+
+    async def acquire(self, holder: object, max_wait_s: float, *, returning: bool = False) -> None:
+        """Returns once ``holder`` has a slot: at once when ``try_acquire`` takes one, else when one is handed to
+        it; ``server_busy`` after ``max_wait_s``. ``returning``: a session that has spoken before, served before
+        every newcomer."""
+        if self.try_acquire(holder, returning=returning):
             return
         waiter = _Waiter(not returning, next(self._seq), holder, asyncio.get_running_loop().create_future())
         heapq.heappush(self._queue, waiter)

@@ -148,6 +148,8 @@ class _Stream:
 async def _admitted(request: Request, engine: TTSEngine, stream: _Stream) -> None:
     """Returns once ``stream`` holds a stream slot (engine/capacity.py): ``server_busy`` past the bounded wait,
     ``ClientGone`` if the client leaves while it waits."""
+    if engine.slots.try_acquire(stream):  # a free slot: no wait to race against the client leaving
+        return
     try:
         await unless(engine.slots.acquire(stream, engine.settings.max_first_audio_wait_s), _disconnected(request))
     except Interrupted:

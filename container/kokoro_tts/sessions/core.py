@@ -330,7 +330,7 @@ class Session:
         (engine/capacity.py; a cancel stops the wait). Refused with ``server_busy`` past the bounded wait, or when
         too many utterances server-wide wait for their first audio."""
         slots = self.engine.slots
-        if slots.holds(self):
+        if slots.try_acquire(self, returning=self._has_spoken):
             return True
         try:
             with self.engine.waiting.hold():
