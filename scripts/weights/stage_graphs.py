@@ -141,7 +141,7 @@ def derive_norm_priors(layout: WeightLayout, graphs: tuple[Path, Path, Path], de
     vocab = layout.config()["vocab"]
     voices, phonemizer = VoiceBank(layout), Phonemizer(vocab)
     silent = [vocab[mark] for mark in SILENT_MARKS if mark in vocab]
-    stages = OnnxStages(*graphs)
+    stages = OnnxStages(*graphs, fused_snake=False)  # the export's arithmetic, wherever the kernel is built
     (tokens,) = phonemizer.token_batches(phonemizer.phonemes(PRIOR_TEXT, "a"))
     priors: dict[str, Any] = {SILENT_TOKENS: np.array(silent, dtype=np.int64)}
 
@@ -177,7 +177,8 @@ def derive_stage_graphs(
     """Cut the monolithic export into the front, features and generator graphs at ``dest`` (onnx is needed at
     build time only); ``dft_as_conv``: the harmonic source's STFT computed by a convolution (that one changes the
     rounding: ``stft_as_conv``); ``conv_as_matmul``: the convolutions as integer matrix products
-    (``conv_integer_as_matmul``)."""
+    (``conv_integer_as_matmul``). The generator's Snake activations become ``kokoro.Snake`` nodes either way
+    (``snake_as_function``: the same arithmetic until the fused kernel is registered)."""
     import numpy as np
     import onnx
     import onnx.utils
@@ -215,6 +216,8 @@ def derive_stage_graphs(
         if path in probes:
             norm_statistics_as_inputs(graph, probes[path])
             _sort_topologically(graph.graph)
+        if path == decoder:
+            snake_as_function(graph)
         tmp = path.with_name(f".{path.name}.part")
         try:
             onnx.save(graph, str(tmp))
@@ -222,6 +225,70 @@ def derive_stage_graphs(
         except BaseException:
             tmp.unlink(missing_ok=True)
             raise
+
+
+def snake_as_function(model: Any) -> int:
+    """Replace each Snake activation, x + sin²(a·x)·b as the export computes it (Mul, Sin, Pow 2, Mul, Add; b = 1/a
+    per channel), by one ``kokoro.Snake(x, a, b)`` node, and give the model that op as a local function of the same
+    five operators: onnxruntime inlines it (the export's arithmetic, bit for bit) unless the fused kernel is
+    registered (engine/backends/snake.py), which runs the chain as one pass. Returns the count replaced."""
+    import numpy as np
+    from kokoro_tts.engine.backends.snake import DOMAIN, OP
+    from onnx import helper, numpy_helper
+
+    graph = model.graph
+    constants = {init.name: numpy_helper.to_array(init) for init in graph.initializer}
+    made_by = {output: node for node in graph.node for output in node.output}
+    used_by: dict[str, list[Any]] = {}
+    for node in graph.node:
+        for name in node.input:
+            used_by.setdefault(name, []).append(node)
+
+    def only_use(name: str, op_type: str) -> Any:
+        users = used_by.get(name, [])
+        return users[0] if len(users) == 1 and users[0].op_type == op_type else None
+
+    chains = []
+    for sin in [node for node in graph.node if node.op_type == "Sin"]:
+        scale = made_by.get(sin.input[0])
+        square = only_use(sin.output[0], "Pow")
+        weigh = square and only_use(square.output[0], "Mul")
+        add = weigh and only_use(weigh.output[0], "Add")
+        if scale is None or scale.op_type != "Mul" or add is None or len(used_by[scale.output[0]]) != 1:
+            continue
+        exponent = constants.get(square.input[1])
+        x = next((name for name in add.input if name != weigh.output[0]), "")
+        if exponent is None or exponent.size != 1 or exponent.reshape(()).item() != 2.0 or x not in scale.input:
+            continue
+        a = next(name for name in scale.input if name != x)
+        b = next(name for name in weigh.input if name != square.output[0])
+        chains.append(((scale, sin, square, weigh, add), x, a, b))
+    for (scale, sin, square, weigh, add), x, a, b in chains:
+        at = list(graph.node).index(add)  # the activation's value is ready where the chain's last node was
+        graph.node.insert(at, helper.make_node(OP, [x, a, b], list(add.output), add.name + "/snake", domain=DOMAIN))
+        for node in (scale, sin, square, weigh, add):
+            graph.node.remove(node)
+    if not chains:
+        return 0
+    opset = next(o.version for o in model.opset_import if o.domain in ("", "ai.onnx"))
+    two = numpy_helper.from_array(np.array(2.0, np.float32))
+    body = [
+        helper.make_node("Mul", ["x", "a"], ["ax"]),
+        helper.make_node("Sin", ["ax"], ["sine"]),
+        helper.make_node("Constant", [], ["two"], value=two),
+        helper.make_node("Pow", ["sine", "two"], ["squared"]),
+        helper.make_node("Mul", ["squared", "b"], ["weighed"]),
+        helper.make_node("Add", ["x", "weighed"], ["y"]),
+    ]
+    model.functions.append(
+        helper.make_function(DOMAIN, OP, ["x", "a", "b"], ["y"], body, [helper.make_opsetid("", opset)])
+    )
+    model.opset_import.append(helper.make_opsetid(DOMAIN, 1))
+    exponents = {square.input[1] for (_, _, square, _, _), *_ in chains}
+    used = {name for node in graph.node for name in node.input}  # onnxruntime warns of unused initializers
+    for init in [i for i in graph.initializer if i.name in exponents - used]:
+        graph.initializer.remove(init)
+    return len(chains)
 
 
 def _rename(graph: Any, old: str, new: str) -> None:

@@ -50,16 +50,30 @@ def test_tts_image_listens_beyond_loopback_explicitly() -> None:
 
 
 IMAGES = {"container/Dockerfile": "container/kokoro_tts", "agent/Dockerfile": "agent/voice_agent"}
+# What an image's build stages compile from, whose results alone (COPY --from) reach the image.
+BUILT_FROM = {"container/Dockerfile": {"container/native"}, "agent/Dockerfile": set()}
+
+
+def _copied_folders(stage: str) -> set[str]:
+    copied = {line.split()[1] for line in stage.splitlines() if line.startswith("COPY ") and "--from" not in line}
+    assert not {path for path in copied if path.startswith(("scripts", "tests"))}
+    return {path for path in copied if (REPO / path).is_dir()}
 
 
 @pytest.mark.parametrize("dockerfile", sorted(IMAGES))
 def test_each_image_copies_only_what_it_runs(dockerfile: str) -> None:
-    """The client package and the image's own package; never the other image's, never the dev tools."""
-    copied = {
-        line.split()[1]
-        for line in (REPO / dockerfile).read_text().splitlines()
-        if line.startswith("COPY ") and "--from" not in line
-    }
-    packages = {path for path in copied if (REPO / path).is_dir()}
-    assert packages == {"container/kokoro_client", IMAGES[dockerfile]}
-    assert not {path for path in copied if path.startswith(("scripts", "tests"))}
+    """The client package and the image's own package; never the other image's, never the dev tools; sources
+    compiled in a build stage stay there."""
+    *_, image = stages = (REPO / dockerfile).read_text().split("\nFROM ")
+    copied = set().union(*(_copied_folders(stage) for stage in stages))
+    assert copied == {"container/kokoro_client", IMAGES[dockerfile], *BUILT_FROM[dockerfile]}
+    assert not _copied_folders(image) & BUILT_FROM[dockerfile]
+
+
+def test_the_tts_image_takes_the_kernel_its_build_stage_compiled() -> None:
+    text = (REPO / "container" / "Dockerfile").read_text()
+    image = text.split("\nFROM ")[-1]
+    built = "container/kokoro_tts/engine/backends/libkokoro_snake.so"
+    assert f"COPY --from=snake /build/{built} container/kokoro_tts/engine/backends/" in image
+    assert image.index("--from=snake") < image.index("uv pip install --system --no-cache --no-deps .")
+    assert built in (REPO / "pyproject.toml").read_text()  # a wheel artifact: git ignores the built file

@@ -21,11 +21,12 @@ PREREQS = REPO / "scripts" / "check_prerequisites.sh"
 def test_prerequisites_all_present_is_one_line() -> None:
     result = subprocess.run([str(PREREQS)], capture_output=True, text=True, timeout=60, check=False)
     assert result.returncode == 0, result.stderr
-    assert result.stdout.strip().splitlines() == ["prerequisites: Python 3.12, npm, Terraform and Chromium are here"]
+    expected = "prerequisites: Python 3.12, npm, Terraform, Chromium and a C compiler are here"
+    assert result.stdout.strip().splitlines() == [expected]
 
 
 def test_each_missing_prerequisite_is_one_line_with_its_fix(tmp_path: Path) -> None:
-    """A PATH with the shell tools, Python and npm but neither Terraform nor Chromium."""
+    """A PATH with the shell tools, Python and npm but neither Terraform, Chromium nor a C compiler."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     for tool in ("bash", "env", "dirname", "ls", "sort", "pyenv", "python3.12", "npm", "node"):
@@ -40,6 +41,7 @@ def test_each_missing_prerequisite_is_one_line_with_its_fix(tmp_path: Path) -> N
     assert all(line.startswith("missing: ") for line in lines), lines
     assert any(line.startswith("missing: Terraform: ") and "PATH" in line for line in lines), lines
     assert any(line.startswith("missing: Chromium: ") and "apt-get install chromium" in line for line in lines), lines
+    assert any(line.startswith("missing: a C compiler: ") and "apt-get install gcc" in line for line in lines), lines
 
 
 def test_make_test_checks_the_prerequisites_before_anything_else() -> None:

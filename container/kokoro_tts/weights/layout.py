@@ -8,8 +8,8 @@ ROOT/kokoro-v1_0-int8-derived.pth  optional torch weights derived from kokoro.on
 ROOT/kokoro-stage-front-prosody.onnx  optional: the prosody front cut from kokoro.onnx (`derive-stages`)
 ROOT/kokoro-stage-features-pooled.onnx  optional: the decoder's frame-rate blocks and harmonic source, which make
                                   the generator's input (`derive-stages`)
-ROOT/kokoro-stage-generator-pooled.onnx  optional: the vocoder's generator (`derive-stages`); the norms of these
-                                  two take pooled statistics
+ROOT/kokoro-stage-generator-pooled-snake.onnx  optional: the vocoder's generator (`derive-stages`); the norms of
+                                  these two take pooled statistics, its Snake activations are kokoro.Snake nodes
 ROOT/kokoro-stage-*-vnni.onnx     optional: the same three, their convolutions as int8 matrix products
 ROOT/kokoro-norm-priors.npz       optional: each voice's priors for the pooled statistics
 ROOT/voices/<name>.bin   voice packs: little-endian float32, 510 × 256
@@ -43,14 +43,14 @@ DERIVED_TORCH = "kokoro-v1_0-int8-derived.pth"
 # and each voice's priors for those pools are measured once (NORM_PRIORS).
 FRONT_GRAPH = "kokoro-stage-front-prosody.onnx"
 FEATURES_GRAPH = "kokoro-stage-features-pooled.onnx"
-DECODER_GRAPH = "kokoro-stage-generator-pooled.onnx"
+DECODER_GRAPH = "kokoro-stage-generator-pooled-snake.onnx"
 FRONT_GRAPH_VNNI = "kokoro-stage-front-prosody-vnni.onnx"
 FEATURES_GRAPH_VNNI = "kokoro-stage-features-pooled-vnni.onnx"
-DECODER_GRAPH_VNNI = "kokoro-stage-generator-pooled-vnni.onnx"
+DECODER_GRAPH_VNNI = "kokoro-stage-generator-pooled-snake-vnni.onnx"
 NORM_PRIORS = "kokoro-norm-priors.npz"
 # What earlier derivations left, which derive-stages removes: the first cut (the whole decoder windowed), a front
 # with the export's STFT, generators normalising over their own frames only, fronts that made the generator's input
-# features for the whole chunk, and the generator-only priors.
+# features for the whole chunk, the generator-only priors, and generators without their Snake nodes.
 EARLIER_STAGE_GRAPHS = (
     "kokoro-front.onnx",
     "kokoro-decoder.onnx",
@@ -60,6 +60,8 @@ EARLIER_STAGE_GRAPHS = (
     "kokoro-stage-front-dft.onnx",
     "kokoro-stage-front-dft-vnni.onnx",
     "kokoro-generator-norms.npz",
+    "kokoro-stage-generator-pooled.onnx",
+    "kokoro-stage-generator-pooled-vnni.onnx",
 )
 VOICES = "voices"
 MANIFEST = "manifest.json"

@@ -32,6 +32,7 @@ class OnnxBackend:
         workers: int = 0,
         int8_stage_paths: tuple[Path, Path, Path] | None = None,
         norm_priors: Path | None = None,
+        fused_snake: bool = True,
     ) -> None:
         available = ort.get_available_providers()
         want_cuda = device in ("auto", "cuda") and "CUDAExecutionProvider" in available
@@ -47,7 +48,9 @@ class OnnxBackend:
         if stage_paths:
             log.info("stage graphs: %s", ", ".join(path.name for path in stage_paths))
         self.stages = (
-            OnnxStages(*stage_paths, threads, providers, self.parallel_jobs, norm_priors) if stage_paths else None
+            OnnxStages(*stage_paths, threads, providers, self.parallel_jobs, norm_priors, fused_snake)
+            if stage_paths
+            else None
         )
         if self.stages is None:  # with the stages the monolithic graph is not loaded: its memory is theirs
             self._session = SessionPair(model_path, threads, self.parallel_jobs, providers)

@@ -24,6 +24,8 @@ from pathlib import Path
 
 import onnxruntime as ort
 
+from kokoro_tts.engine.backends import snake
+
 _M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter
 _MMAP_THRESHOLD_BYTES = 4 << 20  # the arena grows in regions of 1 MB and up; its large ones are the ones to unmap
 
@@ -61,10 +63,15 @@ def exact_int8_dot_products(cpuinfo: Path = Path("/proc/cpuinfo")) -> bool:
     return re.search(r"^flags\s*:.*\b(?:avx512_vnni|avx_vnni)\b", flags, re.MULTILINE) is not None
 
 
-def session(path: Path, threads: int = 0, providers: Sequence[str] = ("CPUExecutionProvider",)) -> ort.InferenceSession:
-    """``path`` on ``threads`` cores (0: all), allocating from the process's shared CPU arena."""
+def session(
+    path: Path, threads: int = 0, providers: Sequence[str] = ("CPUExecutionProvider",), fused_snake: bool = True
+) -> ort.InferenceSession:
+    """``path`` on ``threads`` cores (0: all), allocating from the process's shared CPU arena; ``fused_snake``: with
+    the fused Snake kernel where the graph runs on the CPU alone (snake.py; a GPU provider runs the function)."""
     options = ort.SessionOptions()
     _share_one_cpu_arena(options)
+    if fused_snake and list(providers) == ["CPUExecutionProvider"]:
+        snake.register(options)
     options.intra_op_num_threads = threads or (os.cpu_count() or 1)
     options.inter_op_num_threads = 1
     # Each session has its own intra-op threads, which spin between operators (fast) and, by default, for a while
@@ -79,11 +86,13 @@ class SessionPair:
     """One graph, loaded twice when the thread counts differ: on ``threads`` cores (0: all) for a job that runs
     alone, on its share of them when ``parallel`` jobs run side by side (the module docstring)."""
 
-    def __init__(self, path: Path, threads: int, parallel: int, providers: Sequence[str]) -> None:
+    def __init__(
+        self, path: Path, threads: int, parallel: int, providers: Sequence[str], fused_snake: bool = True
+    ) -> None:
         wide = threads or (os.cpu_count() or 1)
         narrow = max(1, wide // max(1, parallel))
-        self._alone = session(path, wide, providers)
-        self._shared = self._alone if narrow == wide else session(path, narrow, providers)
+        self._alone = session(path, wide, providers, fused_snake)
+        self._shared = self._alone if narrow == wide else session(path, narrow, providers, fused_snake)
 
     def get(self, alone: bool) -> ort.InferenceSession:
         """The session for a job that runs ``alone`` (every core), or side by side (its share of them)."""

@@ -162,10 +162,11 @@ class OnnxStages:
         providers: Sequence[str] = ("CPUExecutionProvider",),
         parallel: int = 1,
         priors: Path | None = None,
+        fused_snake: bool = True,
     ) -> None:
         self._front = SessionPair(front, threads, parallel, providers)
         self._features = SessionPair(features, threads, parallel, providers)
-        self._decoder = SessionPair(decoder, threads, parallel, providers)
+        self._decoder = SessionPair(decoder, threads, parallel, providers, fused_snake)  # snake.py
         self.channels = self._norm_channels(self._decoder)  # the generator's norm channels, all layers
         self.features_channels = self._norm_channels(self._features)
         # Per voice and graph: the statistics of silence and of speech ([2, 2, C]), mixed per chunk (``norm_pool``).
