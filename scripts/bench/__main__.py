@@ -26,7 +26,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from .client import NO_STREAM_SLOTS, REPO, WINDOWING_OFF, cpu_model, drain, local_server
+from .client import BEFORE_SLOTS_AND_KERNEL, NO_STREAM_SLOTS, REPO, WINDOWING_OFF, cpu_model, drain, local_server
 from .end_to_end import TTSTarget, run_end_to_end
 from .load import LEVELS, LoadServer, run_load
 from .report import ABOUT, SECTIONS, Section, plot_isolated, plot_load, write_json, write_markdown
@@ -110,10 +110,12 @@ async def run_local(plan: Plan, url: str | None, started: float) -> tuple[dict[s
         # The same server with windowed vocoding switched off, idle while the other is measured: the side by side.
         whole = servers.enter_context(local_server(env=WINDOWING_OFF)) if url is None else None
         loading = loading or pool.submit(InProcess.load)
-        no_slots = None
+        no_slots = before = None
         if url is None and plan.no_slots_server:
-            # The old policy (every stream starts at once), beside the new in the load section.
+            # The old policy (every stream starts at once), beside the new in the load section; and the server as it
+            # was before the slots and the fused Snake kernel, what the real-time streams are compared with.
             no_slots = servers.enter_context(local_server(env=NO_STREAM_SLOTS))
+            before = servers.enter_context(local_server(env=BEFORE_SLOTS_AND_KERNEL))
         inproc = loading.result()
         inproc.engine.start()  # the deadline scheduler's worker, for TTSEngine.stream
 
@@ -128,7 +130,7 @@ async def run_local(plan: Plan, url: str | None, started: float) -> tuple[dict[s
                 "isolated_tts": await timed("isolated_tts", run_isolated(base, inproc, plan.trials, whole)),
                 "end_to_end": await timed("end_to_end", run_end_to_end(local, plan.e2e_trials, settle, off)),
                 "transport": await timed("transport", run_transport(base, plan.segments)),
-                "load": await timed("load", run_load(load_servers(base, no_slots, whole), plan.levels)),
+                "load": await timed("load", run_load(load_servers(base, no_slots, whole, before), plan.levels)),
             }
             # Last, with the server idle: the comparison runs in this process.
             used = time.perf_counter() - started
@@ -148,11 +150,14 @@ async def run_local(plan: Plan, url: str | None, started: float) -> tuple[dict[s
     return machine_info(inproc.backend), sections
 
 
-def load_servers(base: str, no_slots: str | None, whole: str | None) -> list[LoadServer]:
+def load_servers(base: str, no_slots: str | None, whole: str | None, before: str | None = None) -> list[LoadServer]:
     """The servers the load section compares, the one as it ships first."""
     servers = [LoadServer("default", "stream slots as shipped", base)]
     if no_slots is not None:
         servers.append(LoadServer("no_slots", "no slots", no_slots, "KOKORO_STREAMS=-1"))
+    if before is not None:
+        setting = "KOKORO_STREAMS=-1 KOKORO_FUSED_SNAKE=0"
+        servers.append(LoadServer("before", "before slots and kernel", before, setting))
     if whole is not None:
         servers.append(LoadServer("windowing_off", "windowing off", whole, "KOKORO_WINDOWED=0"))
     return servers

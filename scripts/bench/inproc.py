@@ -22,8 +22,8 @@ class InProcess:
     engine: TTSEngine
 
     @classmethod
-    def load(cls) -> InProcess:
-        engine = TTSEngine.load(Settings(model_dir=model_dir()))
+    def load(cls, fused_snake: bool = True) -> InProcess:
+        engine = TTSEngine.load(Settings(model_dir=model_dir(), fused_snake=fused_snake))
         engine.warm_up()  # builds the G2P and runs the model once, as the server does before /ping says ok
         return cls(engine)
 

@@ -13,8 +13,9 @@ The headline is the largest N whose sessions were all served, with first audio p
 dry: the real-time streams this machine serves. It is measured on the server as it ships (stream slots: the server
 measures at warm-up what its workers make side by side and plays at most 80 % of that at once; the rest wait or are
 refused) and, level by level interleaved, on the same server without slots (KOKORO_STREAMS=-1: every stream starts at
-once and past what the cores make they all run dry), and on the server with windowed vocoding off (KOKORO_WINDOWED=0)
-where the run has one. Each server's slots and measured throughput come from its GET /metrics.
+once and past what the cores make they all run dry), on the server as it was before the slots and the fused Snake
+kernel (KOKORO_STREAMS=-1 KOKORO_FUSED_SNAKE=0: what the real-time streams are compared with), and on the server with
+windowed vocoding off (KOKORO_WINDOWED=0) where the run has one. Each server's slots and measured throughput come from its GET /metrics.
 
 The server's own view comes from /metrics too, sampled every 100 ms while a level runs: the scheduler's queue depth
 (max and p95 of the samples), stream slots held and waited for (max), how many utterances its counters say it completed
@@ -200,25 +201,32 @@ async def run_load(servers: list[LoadServer], levels: list[int]) -> Section:
         "real_time_ttfa_p95_ms": REAL_TIME_TTFA_P95_MS,
         "policies": policies,
     }
+    if (before := policies.get("before")) is not None and before["real_time_streams"]:
+        data["real_time_streams_over_before"] = (
+            policies[servers[0].key]["real_time_streams"] / before["real_time_streams"]
+        )
     every_row = [row for server in servers for row in rows[server.key]]
     tables = [
         ("Callers per level: served, refused (server_busy), first audio and underruns of the served", CALLERS),
         ("The server's view per level (/ping meanwhile, its /metrics)", SERVERS_VIEW),
     ]
     return Section(
-        headline(list(policies.values())),
+        headline(list(policies.values()), data.get("real_time_streams_over_before")),
         data,
         [(title, [{key: row[key] for key in keys} for row in every_row]) for title, keys in tables],
     )
 
 
-def headline(policies: list[dict[str, Any]]) -> str:
-    """The real-time streams with each server, then each level's ran-dry and refused counts, server by server."""
+def headline(policies: list[dict[str, Any]], over_before: Any = None) -> str:
+    """The real-time streams with each server (and the first's over the server before slots and kernel), then each
+    level's ran-dry and refused counts, server by server."""
     first, *others = policies
     text = (
         f"real-time streams on this machine: {first['real_time_streams']} at p95 first audio "
         f"≤ {REAL_TIME_TTFA_P95_MS:.0f} ms with no session running dry, with {described(first)}"
     )
+    if over_before is not None:
+        text += f" ({float(over_before):.1f}× the server before slots and kernel)"
     text += "".join(f"; {p['real_time_streams']} with {described(p)}" for p in others)
     text += "; per level, sessions → ran dry of the served, refused (after at most) — "
     text += " | ".join(f"{p['server']}: {levels_of(p['levels'])}" for p in policies)

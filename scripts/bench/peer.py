@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 from kokoro_client.audio import SAMPLE_RATE
+from kokoro_tts.engine.backends import snake
 from kokoro_tts.engine.backends.onnx import OnnxBackend
 from kokoro_tts.text.chunks import split_utterance
 from kokoro_tts.weights.layout import WeightLayout
@@ -64,17 +65,22 @@ async def run_peer(inproc: InProcess, trials: int, *, n_sentences: int | None, t
     layout = WeightLayout(model_dir())
     sentences = split_utterance(REPLY)[:n_sentences]
     settings = inproc.engine.settings
+    # Ours again without the fused Snake kernel (engine/backends/snake.py), interleaved: what the kernel gains.
+    plain = InProcess.load(fused_snake=False) if settings.fused_snake and snake.LIBRARY.is_file() else None
     with tempfile.TemporaryDirectory(prefix="kokoro-onnx-voices-") as tmp:
         peer = _peer(layout, build_voices_npz(layout, Path(tmp) / "voices.npz"), settings.device, settings.threads)
         peer.create(sentences[0], voice=VOICE, speed=1.0, lang="en-us")  # espeak-ng and the session's first run
 
         ours_ms: list[list[float]] = [[] for _ in sentences]
+        plain_ms: list[list[float]] = [[] for _ in sentences]
         theirs_ms: list[list[float]] = [[] for _ in sentences]
         audio_s: list[tuple[float, float]] = [(0.0, 0.0) for _ in sentences]
         for _ in range(trials):
             for i, sentence in enumerate(sentences):  # alternating, so load from elsewhere hits both alike
                 ms, pcm = inproc.synth_chunk(sentence, VOICE)
                 ours_ms[i].append(ms)
+                if plain is not None:
+                    plain_ms[i].append(plain.synth_chunk(sentence, VOICE)[0])
                 started = time.perf_counter()
                 audio, rate = peer.create(sentence, voice=VOICE, speed=1.0, lang="en-us")
                 theirs_ms[i].append(1000 * (time.perf_counter() - started))
@@ -95,6 +101,7 @@ async def run_peer(inproc: InProcess, trials: int, *, n_sentences: int | None, t
                 "ours_ms": ours,
                 "kokoro_onnx_ms": theirs,
                 "ratio_theirs_over_ours": theirs / ours,
+                **({"ours_without_kernel_ms": statistics.median(plain_ms[i])} if plain is not None else {}),
                 "ours_audio_s": audio_s[i][0],
                 "kokoro_onnx_audio_s": audio_s[i][1],
             }
@@ -103,6 +110,7 @@ async def run_peer(inproc: InProcess, trials: int, *, n_sentences: int | None, t
     total_ratio = sum(float(r["kokoro_onnx_ms"]) for r in rows) / sum(float(r["ours_ms"]) for r in rows)
     data: dict[str, Any] = {
         "library": f"kokoro-onnx {version}",
+        "fused_snake": plain is not None,
         "voice": VOICE,
         "session": "onnxruntime session with the same options as ours (OnnxBackend), same model file",
         "g2p": G2P_NOTE,
@@ -115,6 +123,12 @@ async def run_peer(inproc: InProcess, trials: int, *, n_sentences: int | None, t
         f"kokoro-onnx {version} vs ours, same model file, voice {VOICE} and session options ({G2P_NOTE}): engine "
         f"time per sentence theirs/ours {per_sentence:.2f}× (mean over {len(rows)} sentences)"
     )
+    if plain is not None:
+        gain = statistics.fmean(float(r["ours_without_kernel_ms"]) / float(r["ours_ms"]) for r in rows)
+        data["fused_snake_gain_mean"] = gain
+        headline += f"; the fused Snake kernel: ours {gain:.2f}× faster than without it (mean per sentence)"
+    else:
+        headline += "; without the fused Snake kernel (not built, or KOKORO_FUSED_SNAKE=0)"
     ttfa_rows: list[Row] = []
     if ttfa_ours:
         ours_p50, theirs_p50 = statistics.median(ttfa_ours), statistics.median(ttfa_theirs)
