@@ -245,7 +245,7 @@ run "apply_roles_and_runtime" {
   }
 }
 
-# The target of a CPU type is the stream slots its server computes: floor(0.8 * 7.61 / 2 * vCPUs).
+# The target of a CPU type is the stream slots its server computes: floor(0.8 * 8.76 / 2 * vCPUs).
 run "cpu_target_is_derived_from_the_measurement" {
   command = plan
 
@@ -254,12 +254,12 @@ run "cpu_target_is_derived_from_the_measurement" {
   }
 
   assert {
-    condition     = output.autoscaling_target == 12
-    error_message = "ml.c7i.xlarge (4 vCPUs): floor(0.8 * 3.805 * 4) = 12."
+    condition     = output.autoscaling_target == 14
+    error_message = "ml.c7i.xlarge (4 vCPUs): floor(0.8 * 4.38 * 4) = 14."
   }
 
   assert {
-    condition     = startswith(output.autoscaling_target_source, "derived: floor(0.8 headroom * 3.805 s of audio per second per vCPU * 4 vCPUs) = 12")
+    condition     = startswith(output.autoscaling_target_source, "derived: floor(0.8 headroom * 4.38 s of audio per second per vCPU * 4 vCPUs) = 14")
     error_message = "The source of a c7i target names the formula and its figures."
   }
 }
@@ -272,8 +272,8 @@ run "cpu_target_on_another_cpu_is_extrapolated" {
   }
 
   assert {
-    condition     = output.autoscaling_target == 6 && startswith(output.autoscaling_target_source, "extrapolated: ")
-    error_message = "ml.m5.large (2 vCPUs, an older CPU than the one measured): 6, marked extrapolated."
+    condition     = output.autoscaling_target == 7 && startswith(output.autoscaling_target_source, "extrapolated: ")
+    error_message = "ml.m5.large (2 vCPUs, an older CPU than the one measured): 7, marked extrapolated."
   }
 }
 
@@ -291,7 +291,7 @@ run "an_explicit_target_wins" {
   }
 
   assert {
-    condition     = output.autoscaling_target_source == "override: target_concurrent_requests_per_model = 5 (the derived figure would be 12)"
+    condition     = output.autoscaling_target_source == "override: target_concurrent_requests_per_model = 5 (the derived figure would be 14)"
     error_message = "The source of an override says so and what the derivation would give."
   }
 }

@@ -267,7 +267,7 @@ run "rejects_an_ami_version_the_provider_rejects" {
   expect_failures = [var.inference_ami_version]
 }
 
-# The measured machine itself: 2 vCPUs of the c7i generation, where the server computed 6 stream slots.
+# The measured machine itself: 2 vCPUs of the c7i generation, where the server computed 7 stream slots.
 run "cpu_target_is_the_servers_slot_count" {
   command = plan
 
@@ -284,8 +284,8 @@ run "cpu_target_is_the_servers_slot_count" {
   }
 
   assert {
-    condition     = aws_appautoscaling_policy.this[0].target_tracking_scaling_policy_configuration[0].target_value == 6
-    error_message = "ml.c7i.large (2 vCPUs): floor(0.8 * 7.61) = 6, the slots the server computed on the measured machine."
+    condition     = aws_appautoscaling_policy.this[0].target_tracking_scaling_policy_configuration[0].target_value == 7
+    error_message = "ml.c7i.large (2 vCPUs): floor(0.8 * 8.76) = 7, the slots the server computed on the measured machine."
   }
 
   assert {
@@ -311,8 +311,8 @@ run "cpu_target_follows_the_vcpu_count" {
   }
 
   assert {
-    condition     = output.autoscaling_target == 109
-    error_message = "ml.c4.8xlarge (36 vCPUs): floor(0.8 * 3.805 * 36) = 109."
+    condition     = output.autoscaling_target == 126
+    error_message = "ml.c4.8xlarge (36 vCPUs): floor(0.8 * 4.38 * 36) = 126."
   }
 
   assert {
