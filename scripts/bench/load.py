@@ -15,7 +15,8 @@ measures at warm-up what its workers make side by side and plays at most 80 % of
 refused) and, level by level interleaved, on the same server without slots (KOKORO_STREAMS=-1: every stream starts at
 once and past what the cores make they all run dry), on the server as it was before the slots and the fused Snake
 kernel (KOKORO_STREAMS=-1 KOKORO_FUSED_SNAKE=0: what the real-time streams are compared with), and on the server with
-windowed vocoding off (KOKORO_WINDOWED=0) where the run has one. Each server's slots and measured throughput come from its GET /metrics.
+windowed vocoding off (KOKORO_WINDOWED=0) where the run has one. Each server's slots and measured throughput come
+from its GET /metrics.
 
 The server's own view comes from /metrics too, sampled every 100 ms while a level runs: the scheduler's queue depth
 (max and p95 of the samples), stream slots held and waited for (max), how many utterances its counters say it completed
