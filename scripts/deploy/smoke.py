@@ -195,7 +195,8 @@ class Health:
 
 def endpoint_health(client: Any, endpoint_name: str, instance_type: str | None) -> Health:
     """Ask the container what it runs on; SmokeFailure unless it answers every field, says ok, and runs on the
-    device the instance type implies (cuda on ml.g*/ml.p*: a GPU endpoint that fell back to the CPU is a failure)."""
+    device the instance type implies (cuda on ml.g*/ml.p*: a GPU endpoint that fell back to the CPU is a failure),
+    and a CPU endpoint with the fused Snake kernel, which its autoscaling target assumes (docs/deploy.md)."""
     from botocore.exceptions import BotoCoreError, ClientError
 
     try:
@@ -226,6 +227,11 @@ def endpoint_health(client: Any, endpoint_name: str, instance_type: str | None) 
         if health.device.split(":")[0] != want:
             raise SmokeFailure(
                 f"the endpoint runs {health.backend} on {health.device}, but {instance_type} should run it on {want}"
+            )
+        if want == "cpu" and doc.get("fused_snake") is False:  # an image from before the field says nothing
+            raise SmokeFailure(
+                f"the endpoint runs without the fused Snake kernel, so slower than {instance_type}'s autoscaling "
+                'target assumes: its log says why ("fused Snake kernel"); the image\'s build stage makes it'
             )
     return health
 

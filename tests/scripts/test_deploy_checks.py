@@ -83,6 +83,12 @@ def test_the_health_check_asserts_the_device_the_instance_type_implies() -> None
         standin.answer["device"] = "cuda:0"
         with pytest.raises(SmokeFailure, match="should run it on cpu"):
             endpoint_health(client, "kokoro-tts", "ml.c7i.xlarge")
+        # A CPU endpoint without the fused Snake kernel is slower than its autoscaling target assumes.
+        standin.answer = {**HEALTHY, "backend": "onnx", "device": "cpu", "fused_snake": False}
+        with pytest.raises(SmokeFailure, match="without the fused Snake kernel"):
+            endpoint_health(client, "kokoro-tts", "ml.c7i.xlarge")
+        standin.answer["fused_snake"] = True
+        assert endpoint_health(client, "kokoro-tts", "ml.c7i.xlarge").backend == "onnx"
 
         standin.answer = {"status": "ok", "backend": "torch"}
         with pytest.raises(SmokeFailure, match="lacks device, model_sha256, version"):

@@ -173,13 +173,16 @@ def test_the_fused_generator_speaks_as_the_graph_does(model_dir: Path) -> None:
             assert word_errors(text, listener.transcribe(float_to_pcm16(ours)))[0] == 0, name
 
 
-@pytest.mark.filterwarnings("ignore:Specified provider 'CUDAExecutionProvider' is not in available provider names")
-def test_a_session_on_a_gpu_provider_leaves_the_kernel_out(model_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # The kernel is a CPU one: with a GPU provider first, the graph's own operators run where the provider puts them.
-    registered: list[bool] = []
-    monkeypatch.setattr(snake, "register", lambda options: registered.append(True) or True)
-    session(model_dir / FRONT_GRAPH, threads=1)
-    assert registered == [True]
-    # This onnxruntime has no CUDA provider and runs on the CPU: the branch taken is the point.
-    session(model_dir / FRONT_GRAPH, threads=1, providers=("CUDAExecutionProvider", "CPUExecutionProvider"))
-    assert registered == [True]
+def test_the_stages_say_whether_the_generator_runs_the_kernel(model_dir: Path) -> None:
+    # The kernel is a CPU one: with a GPU provider the graph's own operators run where the provider puts them.
+    assert snake.usable(("CPUExecutionProvider",))
+    assert not snake.usable(("CUDAExecutionProvider", "CPUExecutionProvider"))
+    graphs = [model_dir / name for name in (FRONT_GRAPH, FEATURES_GRAPH, DECODER_GRAPH)]
+    assert OnnxStages(*graphs, threads=1).fused_snake
+    assert not OnnxStages(*graphs, threads=1, fused_snake=False).fused_snake
+
+
+def test_a_session_asked_for_the_kernel_it_cannot_load_stops(model_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(snake, "register", lambda options: False)
+    with pytest.raises(RuntimeError, match="did not register"):
+        session(model_dir / DECODER_GRAPH, threads=1, fused_snake=True)

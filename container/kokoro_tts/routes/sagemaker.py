@@ -41,7 +41,8 @@ CUSTOM_ATTRIBUTES = "x-amzn-sagemaker-custom-attributes"
 
 
 def health_document(engine: TTSEngine) -> dict[str, Any]:
-    """{status, backend, device, model_file, model_sha256 (from the layout's manifest), version}."""
+    """{status, backend, device, model_file, model_sha256 (from the layout's manifest), fused_snake (whether the
+    generator runs the fused Snake kernel: engine/backends/snake.py), version}."""
     from importlib.metadata import PackageNotFoundError, version
 
     from kokoro_tts.weights.layout import LayoutError, WeightLayout
@@ -61,6 +62,7 @@ def health_document(engine: TTSEngine) -> dict[str, Any]:
         "device": backend.device,
         "model_file": backend.model_file,
         "model_sha256": entry.sha256 if entry else None,
+        "fused_snake": backend.stages is not None and backend.stages.fused_snake,
         "version": package_version,
     }
 

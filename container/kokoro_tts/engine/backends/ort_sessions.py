@@ -64,14 +64,14 @@ def exact_int8_dot_products(cpuinfo: Path = Path("/proc/cpuinfo")) -> bool:
 
 
 def session(
-    path: Path, threads: int = 0, providers: Sequence[str] = ("CPUExecutionProvider",), fused_snake: bool = True
+    path: Path, threads: int = 0, providers: Sequence[str] = ("CPUExecutionProvider",), fused_snake: bool = False
 ) -> ort.InferenceSession:
     """``path`` on ``threads`` cores (0: all), allocating from the process's shared CPU arena; ``fused_snake``: with
-    the fused Snake kernel where the graph runs on the CPU alone (snake.py; a GPU provider runs the function)."""
+    the fused Snake kernel registered (snake.py: the caller has checked it is ``usable``)."""
     options = ort.SessionOptions()
     _share_one_cpu_arena(options)
-    if fused_snake and list(providers) == ["CPUExecutionProvider"]:
-        snake.register(options)
+    if fused_snake and not snake.register(options):
+        raise RuntimeError(f"the fused Snake kernel {snake.LIBRARY} did not register")
     options.intra_op_num_threads = threads or (os.cpu_count() or 1)
     options.inter_op_num_threads = 1
     # Each session has its own intra-op threads, which spin between operators (fast) and, by default, for a while
@@ -87,7 +87,7 @@ class SessionPair:
     alone, on its share of them when ``parallel`` jobs run side by side (the module docstring)."""
 
     def __init__(
-        self, path: Path, threads: int, parallel: int, providers: Sequence[str], fused_snake: bool = True
+        self, path: Path, threads: int, parallel: int, providers: Sequence[str], fused_snake: bool = False
     ) -> None:
         wide = threads or (os.cpu_count() or 1)
         narrow = max(1, wide // max(1, parallel))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 
 import onnxruntime as ort
@@ -31,6 +32,12 @@ def _say_once(level: int, message: str, *args: object) -> None:
             return
         _said.add(message)
     log.log(level, message, *args)
+
+
+def usable(providers: Sequence[str]) -> bool:
+    """Whether sessions on ``providers`` can run the kernel: a CPU-only session, with the library built and loading
+    (said once where it is not). A GPU provider runs the graph's function where it puts the nodes."""
+    return list(providers) == ["CPUExecutionProvider"] and register(ort.SessionOptions())
 
 
 def register(options: ort.SessionOptions, library: Path = LIBRARY) -> bool:
