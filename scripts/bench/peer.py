@@ -17,7 +17,6 @@ from typing import Any
 
 import numpy as np
 from kokoro_client.audio import SAMPLE_RATE
-from kokoro_tts.engine.backends import snake
 from kokoro_tts.engine.backends.onnx import OnnxBackend
 from kokoro_tts.text.chunks import split_utterance
 from kokoro_tts.weights.layout import WeightLayout
@@ -66,7 +65,7 @@ async def run_peer(inproc: InProcess, trials: int, *, n_sentences: int | None, t
     sentences = split_utterance(REPLY)[:n_sentences]
     settings = inproc.engine.settings
     # Ours again without the fused Snake kernel (engine/backends/snake.py), interleaved: what the kernel gains.
-    plain = InProcess.load(fused_snake=False) if settings.fused_snake and snake.LIBRARY.is_file() else None
+    plain = InProcess.load(fused_snake=False) if inproc.engine.fused_snake else None
     with tempfile.TemporaryDirectory(prefix="kokoro-onnx-voices-") as tmp:
         peer = _peer(layout, build_voices_npz(layout, Path(tmp) / "voices.npz"), settings.device, settings.threads)
         peer.create(sentences[0], voice=VOICE, speed=1.0, lang="en-us")  # espeak-ng and the session's first run

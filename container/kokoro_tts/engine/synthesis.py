@@ -104,6 +104,11 @@ class TTSEngine:
     def windowed(self) -> bool:
         return self.settings.windowed and self.backend.stages is not None
 
+    @property
+    def fused_snake(self) -> bool:
+        """Whether the generator runs the fused Snake kernel (engine/backends/snake.py)."""
+        return self.backend.stages is not None and self.backend.stages.fused_snake
+
     @classmethod
     def load(cls, settings: Settings) -> TTSEngine:
         from kokoro_tts.weights.layout import WeightLayout

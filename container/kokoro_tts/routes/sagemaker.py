@@ -62,7 +62,7 @@ def health_document(engine: TTSEngine) -> dict[str, Any]:
         "device": backend.device,
         "model_file": backend.model_file,
         "model_sha256": entry.sha256 if entry else None,
-        "fused_snake": backend.stages is not None and backend.stages.fused_snake,
+        "fused_snake": engine.fused_snake,
         "version": package_version,
     }
 
