@@ -202,23 +202,23 @@ async def run_load(servers: list[LoadServer], levels: list[int]) -> Section:
         "real_time_ttfa_p95_ms": REAL_TIME_TTFA_P95_MS,
         "policies": policies,
     }
+    over_before = None
     if (before := policies.get("before")) is not None and before["real_time_streams"]:
-        data["real_time_streams_over_before"] = (
-            policies[servers[0].key]["real_time_streams"] / before["real_time_streams"]
-        )
+        over_before = policies[servers[0].key]["real_time_streams"] / before["real_time_streams"]
+        data["real_time_streams_over_before"] = over_before
     every_row = [row for server in servers for row in rows[server.key]]
     tables = [
         ("Callers per level: served, refused (server_busy), first audio and underruns of the served", CALLERS),
         ("The server's view per level (/ping meanwhile, its /metrics)", SERVERS_VIEW),
     ]
     return Section(
-        headline(list(policies.values()), data.get("real_time_streams_over_before")),
+        headline(list(policies.values()), over_before),
         data,
         [(title, [{key: row[key] for key in keys} for row in every_row]) for title, keys in tables],
     )
 
 
-def headline(policies: list[dict[str, Any]], over_before: Any = None) -> str:
+def headline(policies: list[dict[str, Any]], over_before: float | None = None) -> str:
     """The real-time streams with each server (and the first's over the server before slots and kernel), then each
     level's ran-dry and refused counts, server by server."""
     first, *others = policies
@@ -227,7 +227,7 @@ def headline(policies: list[dict[str, Any]], over_before: Any = None) -> str:
         f"≤ {REAL_TIME_TTFA_P95_MS:.0f} ms with no session running dry, with {described(first)}"
     )
     if over_before is not None:
-        text += f" ({float(over_before):.1f}× the server before slots and kernel)"
+        text += f" ({over_before:.1f}× the server before slots and kernel)"
     text += "".join(f"; {p['real_time_streams']} with {described(p)}" for p in others)
     text += "; per level, sessions → ran dry of the served, refused (after at most) — "
     text += " | ".join(f"{p['server']}: {levels_of(p['levels'])}" for p in policies)
