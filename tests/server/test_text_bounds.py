@@ -104,7 +104,7 @@ def _latency(server: RunningServer, text: str) -> float:
     return time.perf_counter() - started
 
 
-def _hold_hostile(server: RunningServer, text: str, started: threading.Event, done: threading.Event) -> None:
+def _hold_stream(server: RunningServer, text: str, started: threading.Event, done: threading.Event) -> None:
     """Sends ``text`` and reads its audio slowly until ``done``: a stream that keeps its share of the workers."""
     body = {"model": "kokoro", "input": text, "voice": "af_heart", "response_format": "pcm"}
     started.set()
@@ -112,26 +112,38 @@ def _hold_hostile(server: RunningServer, text: str, started: threading.Event, do
         done.wait(120)
 
 
+def _beside(server: RunningServer, victim: str, other: str) -> float:
+    """The victim's latency while a stream of ``other`` is in, its G2P under way."""
+    asyncio.run(wait_idle(server.engine))  # the last trial's stream is over
+    started, done = threading.Event(), threading.Event()
+    holder = threading.Thread(target=_hold_stream, args=(server, other, started, done))
+    holder.start()
+    started.wait()
+    time.sleep(0.1)  # the other request is in, its G2P under way
+    try:
+        return _latency(server, victim)
+    finally:
+        done.set()
+        holder.join(60)
+
+
+# Spoken like the hard tokens (150 words and more), but ordinary words: what any concurrent stream costs a victim.
+ORDINARY = "one two " * 75
+
+
 @pytest.mark.parametrize("token", ["1-2-" * 75, "a_" * 150, "1%2%" * 75])
 def test_a_hard_token_does_not_stall_a_concurrent_request(server: RunningServer, token: str) -> None:
-    """A 300-character token with no spaces held the one English G2P for 8 s: "Hello there." waited behind it."""
+    """A 300-character token with no spaces held the one English G2P for 8 s: "Hello there." waited behind it.
+
+    Beside any stream the victim shares two cores (2-3x its time alone), so it is compared, in turns, with the
+    victim beside an ordinary stream of as many words: a stall behind the token's G2P shows as 10x and more."""
     victim = "Hello there."
     _latency(server, victim)
-    alone = statistics.median(_latency(server, victim) for _ in range(3))
-    beside = []
+    beside_ordinary, beside_token = [], []
     for _ in range(3):
-        asyncio.run(wait_idle(server.engine))  # the last trial's hostile stream is over
-        started, done = threading.Event(), threading.Event()
-        hostile = threading.Thread(target=_hold_hostile, args=(server, token, started, done))
-        hostile.start()
-        started.wait()
-        time.sleep(0.1)  # the hostile request is in, its G2P under way
-        try:
-            beside.append(_latency(server, victim))
-        finally:
-            done.set()
-            hostile.join(60)
-    assert statistics.median(beside) <= 3 * alone, (alone, beside)
+        beside_ordinary.append(_beside(server, victim, ORDINARY))
+        beside_token.append(_beside(server, victim, token))
+    assert statistics.median(beside_token) <= 2 * statistics.median(beside_ordinary), (beside_ordinary, beside_token)
 
 
 @pytest.mark.parametrize(
