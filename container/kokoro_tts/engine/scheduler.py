@@ -14,6 +14,9 @@ Admission (``admit``): work already accepted must still meet its deadlines, so n
 stream keeps one job queued or running (its next piece), and once the workers fall behind they take those in
 turn: a new utterance's first audio waits about one job of each, i.e. (queued + running jobs) × the measured
 mean job time, per worker. The same sum is what every accepted stream waits between its pieces.
+
+Batching (``run_batched``): jobs of one ``Batch`` queued together run as one call of its function, at the turn of the
+earliest due, up to its limit: on a GPU one call for many streams costs about what one stream's does.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from kokoro_client.errors import ErrorCode, TTSError
@@ -89,6 +93,15 @@ async def unless[T](step: Awaitable[T], stop: Awaitable[object]) -> T:
     return task.result()
 
 
+@dataclass(frozen=True, eq=False)
+class Batch[I, R]:
+    """Jobs that may run as one call: ``run(items, alone)`` returns one result per item, in order, for at most
+    ``limit`` items. Jobs batch with those of the same ``Batch`` object only."""
+
+    run: Callable[[list[I], bool], list[R]]
+    limit: int
+
+
 @dataclass(order=True)
 class _Job:
     deadline: float
@@ -97,6 +110,8 @@ class _Job:
     future: asyncio.Future[Any] = field(compare=False)
     label: str = field(default="", compare=False)
     kind: str = field(default="", compare=False)
+    batch: Batch[Any, Any] | None = field(default=None, compare=False)
+    item: Any = field(default=None, compare=False)
 
 
 @dataclass
@@ -146,7 +161,21 @@ class DeadlineScheduler:
 
     @property
     def pending(self) -> int:
+        """Jobs queued, not yet started."""
         return sum(1 for job in self._heap if not job.future.done())
+
+    def pending_calls(self) -> int:
+        """The calls the queued jobs take: a batch's jobs go ``limit`` to a call."""
+        batched: defaultdict[Batch[Any, Any], int] = defaultdict(int)
+        calls = 0
+        for job in self._heap:
+            if job.future.done():
+                continue
+            if job.batch is None:
+                calls += 1
+            else:
+                batched[job.batch] += 1
+        return calls + sum(-(-count // batch.limit) for batch, count in batched.items())
 
     def share(self) -> float:
         """How many jobs share the machine now (queued and running, at least 1): a stream, which keeps one job
@@ -155,16 +184,17 @@ class DeadlineScheduler:
         return max(1.0, float(self.pending + self.running))
 
     def mean_job_s(self) -> float:
-        """The mean length of the latest ``MEASURED`` finished jobs (``UNMEASURED_JOB_S`` before any)."""
+        """The mean length of the latest ``MEASURED`` finished calls (``UNMEASURED_JOB_S`` before any); a batch's
+        jobs share one record."""
         lengths = [r.finished - r.started for r in reversed(self.history) if r.finished is not None][:MEASURED]
         return sum(lengths) / len(lengths) if lengths else UNMEASURED_JOB_S
 
     def expected_wait_s(self) -> float:
-        """How long a job due now would wait for a worker: one mean job for each job queued, plus what the running
-        ones have left of theirs, shared among the workers (module docstring)."""
+        """How long a job due now would wait for a worker: one mean call for each call queued, plus what the
+        running ones have left of theirs, shared among the workers (module docstring)."""
         mean, now = self.mean_job_s(), asyncio.get_running_loop().time()
         left = sum(max(0.0, mean - (now - r.started)) for r in self.history if r.finished is None)
-        return (left + self.pending * mean) / self._workers
+        return (left + self.pending_calls() * mean) / self._workers
 
     def admit(self, max_wait_s: float) -> None:
         """Refuse new work (``server_busy``, with a Retry-After) when its first audio would wait over
@@ -196,6 +226,29 @@ class DeadlineScheduler:
         self._ready.set()
         return await future
 
+    async def run_batched[I, R](
+        self, batch: Batch[I, R], item: I, deadline: float, label: str = "", kind: str = ""
+    ) -> R:
+        """``batch.run([item, ...])``'s result for ``item``: the job runs at its turn as ``run``'s would, in one
+        call with the other jobs of ``batch`` then queued (the earliest due first, up to ``batch.limit``)."""
+        future: asyncio.Future[R] = asyncio.get_running_loop().create_future()
+        job = _Job(deadline, next(self._seq), partial(_run_one, batch, item), future, label, kind, batch, item)
+        heapq.heappush(self._heap, job)
+        self._ready.set()
+        return await future
+
+    def _mates(self, job: _Job) -> list[_Job]:
+        """The queued jobs that run in ``job``'s call, ``job`` first; taken out of the queue."""
+        if job.batch is None or job.batch.limit <= 1:
+            return [job]
+        same = sorted(j for j in self._heap if j.batch is job.batch and not j.future.done())
+        mates = same[: job.batch.limit - 1]
+        if mates:
+            taken = {id(j) for j in mates}
+            self._heap = [j for j in self._heap if id(j) not in taken]
+            heapq.heapify(self._heap)
+        return [job, *mates]
+
     async def _turn(self) -> None:
         """Returns when the job at the head of the queue may start: at once, unless a job runs alone (every core);
         then when that one ends, or at once if the head is due before it (a new utterance's first window, beside a
@@ -224,23 +277,35 @@ class DeadlineScheduler:
             if alone:
                 self._shareable.clear()
                 self._alone_due = job.deadline
-            self.started += 1
+            jobs = self._mates(job)
+            self.started += len(jobs)
             self.running += 1
             every_core = alone or self._workers == 1
-            record = JobRecord(job.label, job.deadline, loop.time(), every_core)
+            record = JobRecord(" + ".join(j.label for j in jobs), job.deadline, loop.time(), every_core)
             self.history.append(record)
+            call = job.fn if len(jobs) == 1 else partial(_run_batch, jobs)
             try:
-                result = await loop.run_in_executor(self._executor, job.fn, every_core)
-            except Exception as exc:  # handed to the caller, who decides what the client reads
-                if not job.future.done():
-                    job.future.set_exception(exc)
+                results = await loop.run_in_executor(self._executor, call, every_core)
+            except Exception as exc:  # handed to the callers, who decide what the client reads
+                for j in jobs:
+                    if not j.future.done():
+                        j.future.set_exception(exc)
             else:
-                if not job.future.done():
-                    job.future.set_result(result)
+                for j, result in zip(jobs, results if len(jobs) > 1 else [results], strict=True):
+                    if j.future.done():
+                        continue
+                    if isinstance(result, _Failed):
+                        j.future.set_exception(result.error)
+                    else:
+                        j.future.set_result(result)
             finally:
                 record.finished = loop.time()
-                tally = self.tallies[job.kind]
-                tally.jobs, tally.seconds = tally.jobs + 1, tally.seconds + record.finished - record.started
+                for j in jobs:  # a batch's worker seconds, shared among its jobs
+                    tally = self.tallies[j.kind]
+                    tally.jobs, tally.seconds = (
+                        tally.jobs + 1,
+                        tally.seconds + (record.finished - record.started) / len(jobs),
+                    )
                 self.running -= 1
                 if alone:
                     self._alone_due = math.inf
@@ -248,3 +313,37 @@ class DeadlineScheduler:
             # Let the job's caller run before the next job is chosen: a stream whose phonemes job just finished
             # queues its first window now, due earlier than the later windows of others already in the queue.
             await asyncio.sleep(0)
+
+
+def _run_one[I, R](batch: Batch[I, R], item: I, alone: bool) -> R:
+    (result,) = batch.run([item], alone)
+    return result
+
+
+@dataclass(frozen=True)
+class _Failed:
+    """One item's error, in the results of a batch whose call failed (``_run_batch``)."""
+
+    error: Exception
+
+
+def _run_batch(jobs: list[_Job], alone: bool) -> list[Any]:
+    """The jobs of one batch in one call of its function (``_mates``). Should the call fail, each item runs alone,
+    so that only the jobs whose own items fail read an error (a ``_Failed``), never their batch mates."""
+    batch = jobs[0].batch
+    assert batch is not None
+    items = [j.item for j in jobs]
+    try:
+        results = batch.run(items, alone)
+    except Exception:
+        return [_alone(batch, item, alone) for item in items]
+    if len(results) != len(jobs):
+        raise RuntimeError(f"a batch of {len(jobs)} jobs returned {len(results)} results")
+    return results
+
+
+def _alone[I, R](batch: Batch[I, R], item: I, alone: bool) -> R | _Failed:
+    try:
+        return _run_one(batch, item, alone)
+    except Exception as exc:
+        return _Failed(exc)
