@@ -87,6 +87,9 @@ class Settings:
     workers: int = _setting("KOKORO_WORKERS", 0, "inference jobs side by side when several wait (0: the backend's)")
     # onnxruntime's intra-op threads.
     threads: int = _setting("KOKORO_THREADS", 0, "threads inside one inference job (0: the backend chooses)")
+    # Token batches of several streams due together, decoded in one padded call (engine/backends/torch_batch.py):
+    # on a GPU one call for many streams costs about what one does. torch only; 0: 16 on a GPU, 1 on a CPU.
+    batch: int = _setting("KOKORO_BATCH", 0, "streams' chunks one torch call decodes at most (0: the backend's)")
     # The generator's Snake activations as one vectorised kernel (engine/backends/snake.py) where it is built; 0
     # runs the graph's own operators, as the benchmark does to compare the two.
     fused_snake: bool = _setting("KOKORO_FUSED_SNAKE", True, "the fused Snake kernel, where it is built (1 or 0)")

@@ -3,14 +3,16 @@
 ``onnx`` (onnxruntime: the CPU by default, the CUDA provider when present) is the embedded default;
 ``torch`` runs the kokoro package's KModel on a GPU from the same weight layout (optional extra ``gpu``): Hugging
 Face's kokoro-v1_0.pth, or the weights ``derive-torch`` recovers from the ONNX export. Only the onnx backend has
-``stages`` (windowed decoding) so far; the torch backend synthesizes whole chunks. Word timestamps need the predicted
-durations: the onnx front stage and the torch KModel give them; the monolithic ONNX graph alone (a layout without
-the derived stages) does not.
+``stages`` (windowed decoding) so far; the torch backend synthesizes whole chunks, several streams' in one call on a
+GPU (``synthesize_batch``: torch_batch.py). Word timestamps need the predicted durations: the onnx front stage and
+the torch KModel give them; the monolithic ONNX graph alone (a layout without the derived stages) does not.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
@@ -30,11 +32,21 @@ log = logging.getLogger(__name__)
 # test) a call has the machine to itself: hence the default.
 
 
+@dataclass(frozen=True)
+class ChunkInput:
+    """One token batch to synthesize whole: at most 510 phoneme tokens, the voice's style row for them, the speed."""
+
+    tokens: list[int]
+    style: np.ndarray
+    speed: float
+
+
 class Backend(Protocol):
     name: str
     device: str
     model_file: str  # the weights file, relative to the layout (its checksum is in the manifest)
     parallel_jobs: int  # inference jobs the scheduler may run side by side (backends/ort_sessions.py)
+    batch_limit: int  # token batches of several streams one ``synthesize_batch`` call takes at most (1: none)
 
     @property
     def stages(self) -> OnnxStages | None:
@@ -50,6 +62,13 @@ class Backend(Protocol):
     ) -> tuple[np.ndarray, np.ndarray | None]:
         """``synthesize``, with the predicted frames per token (pad tokens included) when the graph gives them: the
         torch KModel does; the shipped monolithic ONNX graph outputs audio only (its stages have them: stages.py)."""
+        ...
+
+    def synthesize_batch(
+        self, items: Sequence[ChunkInput], *, alone: bool = True
+    ) -> list[tuple[np.ndarray, np.ndarray | None]]:
+        """``synthesize_timed`` for each of at most ``batch_limit`` items, in one model call where the backend
+        batches (the torch backend's decoder): the same audio as one call each."""
         ...
 
 
@@ -95,6 +114,7 @@ def load_backend(settings: Settings) -> Backend:
             device=settings.device,
             threads=settings.threads,
             workers=settings.workers,
+            batch=settings.batch,
         )
     raise ValueError(f"KOKORO_BACKEND must be 'onnx' or 'torch', not {settings.backend!r}")
 

@@ -9,15 +9,21 @@ from __future__ import annotations
 import logging
 import tempfile
 import warnings
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 if TYPE_CHECKING:
+    from kokoro_tts.engine.backends import ChunkInput
     from kokoro_tts.engine.backends.stages import OnnxStages
 
 log = logging.getLogger(__name__)
+
+# Chunks of several streams one decoder call takes on a GPU when KOKORO_BATCH is 0; on a CPU padding costs more
+# than the calls it saves (docs/gpu.md), so there it is 1.
+GPU_BATCH = 16
 
 # AdaIN1d's InstanceNorm is affine only to dodge an old ONNX exporter bug (kokoro's own comment): its weight and
 # bias stay at 1 and 0, and checkpoints need not carry them. Any other missing tensor is an error.
@@ -95,13 +101,21 @@ class TorchBackend:
     name = "torch"
 
     def __init__(
-        self, config_path: Path, model_path: Path, device: str = "auto", threads: int = 0, workers: int = 0
+        self,
+        config_path: Path,
+        model_path: Path,
+        device: str = "auto",
+        threads: int = 0,
+        workers: int = 0,
+        batch: int = 0,
     ) -> None:
         import torch
 
         self._torch = torch
         self.device = pick_device(torch, device)
         self.parallel_jobs = workers or 1  # one whole chunk at a time keeps a GPU busy
+        # Chunks of several streams one decoder call takes (torch_batch.py); 0: the device's default.
+        self.batch_limit = batch if batch > 0 else (1 if self.device == "cpu" else GPU_BATCH)
         if not model_path.is_file():
             raise FileNotFoundError(
                 f"{model_path} is missing: `python -m scripts.weights fetch --with-torch` (Hugging Face) or "
@@ -113,7 +127,7 @@ class TorchBackend:
         # Whole chunks only: KModel's sine generator draws a random initial phase per chunk, so its stages would
         # need the source made once per chunk (as the onnx front does) before windows could share it.
         self.stages: OnnxStages | None = None
-        self._model = load_kmodel(config_path, model_path).to(self.device).eval()
+        self.model = load_kmodel(config_path, model_path).to(self.device).eval()  # KModel, on its device
 
     def synthesize(self, tokens: list[int], style: np.ndarray, speed: float, *, alone: bool = True) -> np.ndarray:
         return self.synthesize_timed(tokens, style, speed)[0]
@@ -122,12 +136,36 @@ class TorchBackend:
         self, tokens: list[int], style: np.ndarray, speed: float, *, alone: bool = True
     ) -> tuple[np.ndarray, np.ndarray]:
         # ``alone`` is not read: torch keeps one thread pool, whatever runs beside this job.
+        with self._torch.inference_mode():
+            audio, durations = self.model.forward_with_tokens(*self._inputs(tokens, style), speed)
+        return _numpy(audio, durations)
+
+    def synthesize_batch(
+        self, items: Sequence[ChunkInput], *, alone: bool = True
+    ) -> list[tuple[np.ndarray, np.ndarray | None]]:
+        """Each item's front alone, then the decoder (most of the work) in one padded call: the same audio as
+        ``synthesize_timed`` per item, up to float rounding and the excitation's random draws."""
+        if len(items) > self.batch_limit:
+            raise ValueError(f"{len(items)} token batches in one call; this backend takes at most {self.batch_limit}")
+        if len(items) <= 1:
+            return [self.synthesize_timed(item.tokens, item.style, item.speed, alone=alone) for item in items]
+        from kokoro_tts.engine.backends.torch_batch import decode, front
+
+        with self._torch.inference_mode():
+            fronts = [front(self.model, *self._inputs(item.tokens, item.style), item.speed) for item in items]
+            audio = decode(self.model.decoder, fronts)
+        return [_numpy(a, f.pred_dur) for a, f in zip(audio, fronts, strict=True)]
+
+    def _inputs(self, tokens: list[int], style: np.ndarray) -> tuple[Any, Any]:
+        """KModel's input ids (the pad token either side) and style row, on the model's device."""
         torch = self._torch
-        with torch.inference_mode():
-            input_ids = torch.tensor([[0, *tokens, 0]], dtype=torch.long, device=self.device)
-            ref_s = torch.from_numpy(np.ascontiguousarray(style, dtype=np.float32)).reshape(1, -1).to(self.device)
-            audio, durations = self._model.forward_with_tokens(input_ids, ref_s, speed)
-        return (
-            np.asarray(audio.float().cpu().numpy(), dtype=np.float32).reshape(-1),
-            np.asarray(durations.cpu().numpy()).reshape(-1),
-        )
+        input_ids = torch.tensor([[0, *tokens, 0]], dtype=torch.long, device=self.device)
+        ref_s = torch.from_numpy(np.ascontiguousarray(style, dtype=np.float32)).reshape(1, -1).to(self.device)
+        return input_ids, ref_s
+
+
+def _numpy(audio: Any, durations: Any) -> tuple[np.ndarray, np.ndarray]:
+    return (
+        np.asarray(audio.float().cpu().numpy(), dtype=np.float32).reshape(-1),
+        np.asarray(durations.cpu().numpy()).reshape(-1),
+    )
