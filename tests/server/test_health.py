@@ -9,7 +9,7 @@ import httpx
 from kokoro_tts.weights.layout import WeightLayout
 from support.inproc_server import RunningServer
 
-HEALTH_KEYS = {"status", "backend", "device", "model_file", "model_sha256", "fused_snake", "version"}
+HEALTH_KEYS = {"status", "backend", "device", "model_file", "model_sha256", "fused_snake", "batch", "version"}
 
 
 def test_health_reports_what_is_serving(server: RunningServer, model_dir: Path) -> None:
@@ -22,6 +22,7 @@ def test_health_reports_what_is_serving(server: RunningServer, model_dir: Path) 
     assert health["model_file"] == "kokoro.onnx"
     assert health["model_sha256"] == manifest.files["kokoro.onnx"].sha256
     assert health["fused_snake"] is True  # built by make install (tests/server/test_snake_kernel.py)
+    assert health["batch"] == 1  # the onnx stages take one chunk a call
     assert health["version"] == "0.1.0"
 
 

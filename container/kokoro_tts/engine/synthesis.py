@@ -24,7 +24,7 @@ import itertools
 import logging
 import time
 from collections import deque
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
@@ -33,11 +33,11 @@ import numpy as np
 from kokoro_client.protocol import WordTiming
 
 from kokoro_tts.audio.encoding import SAMPLE_RATE, float_to_pcm16
-from kokoro_tts.engine.backends import Backend, load_backend
+from kokoro_tts.engine.backends import Backend, ChunkInput, load_backend
 from kokoro_tts.engine.backends.stages import SAMPLES_PER_FRAME
 from kokoro_tts.engine.capacity import StreamSlots
 from kokoro_tts.engine.requests import RequestRules, SpeechRequest
-from kokoro_tts.engine.scheduler import DeadlineScheduler, Limit
+from kokoro_tts.engine.scheduler import Batch, DeadlineScheduler, Limit
 from kokoro_tts.engine.voices import VoiceBank
 from kokoro_tts.engine.windows import ChunkWindows, DecoderSpeed, WindowPlan, decode_in_windows
 from kokoro_tts.engine.word_timing import TextCursor, TimedWord, batch_words, timings
@@ -84,6 +84,8 @@ class TTSEngine:
         self.phonemizer = phonemizer
         self.rules = RequestRules(settings, voices, phonemizer)
         self.scheduler = DeadlineScheduler(backend.parallel_jobs)
+        # Whole token batches of several streams, queued together, go to the backend in one call (its limit).
+        self._whole_chunks = Batch(self._synthesize_batch, backend.batch_limit)
         # Server-wide caps: past them a client reads server_busy at once, never a queue minutes long.
         self.sessions = Limit("WebSocket sessions", settings.max_sessions)
         self.waiting = Limit("utterances waiting for their first audio", settings.max_waiting_first_chunks)
@@ -133,7 +135,8 @@ class TTSEngine:
         for text in texts:
             self._synthesize_chunk(text, request, alone=True)
         jobs = self.backend.parallel_jobs
-        if jobs > 1:  # the one-thread sessions' first run is slow (backends/ort_sessions.py): not the one timed
+        # The one-thread sessions' first run is slow (backends/ort_sessions.py), as is a GPU's first batch: untimed.
+        if jobs > 1 or self._copies > 1:
             self._as_under_load(texts, request)
         started = time.perf_counter()
         samples = self._as_under_load(texts, request)
@@ -144,12 +147,19 @@ class TTSEngine:
             self.slots.throughput,
         )
 
+    @property
+    def _copies(self) -> int:
+        """How many streams' chunks one call makes under load: the backend's batch limit when chunks are whole."""
+        return 1 if self.windowed else self.backend.batch_limit
+
     def _as_under_load(self, texts: list[str], request: SpeechRequest) -> int:
-        """Every worker makes the texts at once, as under load (one job at a time alone where there is one worker):
-        the samples made."""
-        jobs = self.backend.parallel_jobs
+        """Every worker makes the texts at once, as under load (one job at a time alone where there is one worker;
+        in full batches where the backend batches): the samples made."""
+        jobs, copies = self.backend.parallel_jobs, self._copies
 
         def worker(_: int) -> int:
+            if copies > 1:
+                return sum(self._synthesize_copies(text, request, copies) for text in texts)
             return sum(self._synthesize_chunk(text, request, alone=jobs == 1).size for text in texts)
 
         with ThreadPoolExecutor(jobs) as pool:
@@ -181,9 +191,7 @@ class TTSEngine:
                 return await self._window_job(index, decoding, due, f"{tag} window {index}")
             while not batches and texts:
                 text = texts.popleft()
-                for batch in await self.scheduler.run(
-                    partial(self._phonemes, text, request), due, f"{tag} phonemes", PHONEMES_JOB
-                ):
+                for batch in await self._phonemize(text, request, due, f"{tag} phonemes"):
                     batches.append((text, batch))
             if not batches:
                 return None
@@ -228,17 +236,26 @@ class TTSEngine:
         deadline: float,
         label: str,
     ) -> AudioChunk:
-        def job(alone: bool) -> tuple[np.ndarray, float, tuple[WordTiming, ...]]:
-            started = time.perf_counter()
-            ids = batch.ids
-            style = request.voice.style(len(ids))
-            audio, durations = self.backend.synthesize_timed(ids, style, request.speed, alone=alone)
+        def finish(audio: np.ndarray, durations: np.ndarray | None) -> tuple[np.ndarray, tuple[WordTiming, ...]]:
             words = batch_words(batch, durations, timing.cursor) if durations is not None else []
-            pcm = float_to_pcm16(audio)
-            return pcm, 1000.0 * (time.perf_counter() - started), timings(words, timing.offset, request.sent)
+            return float_to_pcm16(audio), timings(words, timing.offset, request.sent)
 
-        pcm, synth_ms, words = await self.scheduler.run(job, deadline, label, audio_job(index))
+        ids = batch.ids
+        job = _WholeChunk(ChunkInput(ids, request.voice.style(len(ids)), request.speed), finish)
+        pcm, words, synth_ms = await self.scheduler.run_batched(
+            self._whole_chunks, job, deadline, label, audio_job(index)
+        )
         return AudioChunk(index, text, pcm, synth_ms, words)
+
+    def _synthesize_batch(
+        self, jobs: list[_WholeChunk], alone: bool
+    ) -> list[tuple[np.ndarray, tuple[WordTiming, ...], float]]:
+        """Whole token batches, of one stream or several (``_whole_chunks``), in one backend call: each job's PCM,
+        words, and the call's compute time."""
+        started = time.perf_counter()
+        made = self.backend.synthesize_batch([job.input for job in jobs], alone=alone)
+        synth_ms = 1000.0 * (time.perf_counter() - started)
+        return [(*job.finish(audio, durations), synth_ms) for job, (audio, durations) in zip(jobs, made, strict=True)]
 
     async def _window_job(self, index: int, decoding: _Decoding, deadline: float, label: str) -> AudioChunk:
         """The batch's next window (its first also runs the prosody front), as large as the audio queued ahead of
@@ -293,6 +310,15 @@ class TTSEngine:
         """``_batches`` as a scheduler job: the G2P is Python, on one core whether the job runs alone or not."""
         return self._batches(text, request)
 
+    async def _phonemize(self, text: str, request: SpeechRequest, due: float, label: str) -> list[TokenBatch]:
+        """A text chunk's token batches: a scheduler job where the workers are the CPU's cores, earliest deadline
+        first among the others; in the text thread where the backend batches, whose worker must take only model
+        calls: a G2P job there runs just before its own chunk's job, so each stream's chunk would come due alone
+        and no two would ever be queued together to share a call."""
+        if self.backend.batch_limit > 1:
+            return await asyncio.get_running_loop().run_in_executor(self._text_thread, self._batches, text, request)
+        return await self.scheduler.run(partial(self._phonemes, text, request), due, label, PHONEMES_JOB)
+
     def _synthesize_chunk(self, text: str, request: SpeechRequest, alone: bool = True) -> np.ndarray:
         """A text chunk's whole audio, as the server makes it (in paced windows when windowed), in this thread
         (``alone``: with every core to itself, or side by side with others)."""
@@ -316,6 +342,22 @@ class TTSEngine:
         if not pieces:
             return np.zeros(0, dtype=np.int16)
         return float_to_pcm16(np.concatenate(pieces))
+
+    def _synthesize_copies(self, text: str, request: SpeechRequest, copies: int) -> int:
+        """A text chunk's token batches, each as ``copies`` streams' at once in one backend call: the samples made."""
+        samples = 0
+        for tokens in self._token_batches(text, request):
+            item = ChunkInput(tokens, request.voice.style(len(tokens)), request.speed)
+            samples += sum(audio.size for audio, _ in self.backend.synthesize_batch([item] * copies))
+        return samples
+
+
+@dataclass(frozen=True)
+class _WholeChunk:
+    """A token batch to synthesize whole, and what its stream makes of the audio and durations (PCM, its words)."""
+
+    input: ChunkInput
+    finish: Callable[[np.ndarray, np.ndarray | None], tuple[np.ndarray, tuple[WordTiming, ...]]]
 
 
 @dataclass(frozen=True)

@@ -42,7 +42,8 @@ CUSTOM_ATTRIBUTES = "x-amzn-sagemaker-custom-attributes"
 
 def health_document(engine: TTSEngine) -> dict[str, Any]:
     """{status, backend, device, model_file, model_sha256 (from the layout's manifest), fused_snake (whether the
-    generator runs the fused Snake kernel: engine/backends/snake.py), version}."""
+    generator runs the fused Snake kernel: engine/backends/snake.py), batch (how many streams' chunks one model call
+    takes at most: engine/scheduler.py), version}."""
     from importlib.metadata import PackageNotFoundError, version
 
     from kokoro_tts.weights.layout import LayoutError, WeightLayout
@@ -63,6 +64,7 @@ def health_document(engine: TTSEngine) -> dict[str, Any]:
         "model_file": backend.model_file,
         "model_sha256": entry.sha256 if entry else None,
         "fused_snake": engine.fused_snake,
+        "batch": engine.backend.batch_limit,
         "version": package_version,
     }
 
