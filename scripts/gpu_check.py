@@ -7,9 +7,9 @@ KOKORO_DEVICE=cuda, checks /health says ``cuda``, then measures time to first au
 would be. It reports the streams per GPU: the server's own warm-up measurement (its stream slots and the seconds of
 audio it makes per second, from /metrics; engine/capacity.py), which the autoscaling target of a GPU type should
 come from (docs/deploy.md), and per level the sessions served and those refused with server_busy past the slots.
-There is no batching across sessions yet, so there is no "with batching" figure beside it. Without a usable GPU
-it refuses (exit 2) and says why. ``--allow-cpu`` runs the same steps on the CPU, for testing the script itself;
-its report says so.
+It does so twice: with batching across sessions (the default: several streams' chunks in one call) and without
+(KOKORO_BATCH=1), each on a server of its own. Without a usable GPU it refuses (exit 2) and says why.
+``--allow-cpu`` runs the same steps on the CPU, for testing the script itself; its report says so.
 
     python -m scripts.gpu_check [--out bench/results/gpu.json] [--levels 1,8,32] [--trials 10]
 """
@@ -70,33 +70,35 @@ def checked_health(url: str, device: str) -> dict[str, Any]:
     return health
 
 
-async def measure(url: str, levels: Sequence[int], trials: int, reply: str, deadline: float) -> dict[str, Any]:
+async def first_audio(url: str, trials: int) -> dict[str, Any]:
     await ws_once(url, SHORT)  # warm: CUDA kernels and allocator
     first = [(await ws_once(url, SHORT)).ttfa_ms for _ in range(trials)]
     long_first = [(await ws_once(url, LONG)).ttfa_ms for _ in range(max(1, trials // 2))]
+    return {
+        "text": SHORT,
+        "trials": trials,
+        "ttfa_p50_ms": pct(first, 0.5),
+        "ttfa_p95_ms": pct(first, 0.95),
+        "long_reply_ttfa_p50_ms": pct(long_first, 0.5),
+    }
+
+
+async def streams(url: str, batch: int, levels: Sequence[int], reply: str, deadline: float) -> dict[str, Any]:
+    """The server's measured stream slots and throughput, and ``levels`` of concurrent sessions against it."""
     rows = []
     for sessions in levels:
         if time.monotonic() > deadline:
-            rows.append({"sessions": sessions, "measured": False, "why": "the 8-minute budget ran out"})
+            rows.append({"sessions": sessions, "measured": False, "why": "this server's share of the budget ran out"})
             continue
         level = concurrent(url, sessions, reply, busy_ok=True, play_out=True)
         rows.append(await asyncio.wait_for(level, max(1.0, deadline - time.monotonic())))
     async with httpx.AsyncClient(timeout=10) as client:
         server = await server_metrics(client, url)
     return {
-        "streams": {
-            "slots": None if server["streams_limit"] == float("inf") else int(server["streams_limit"]),
-            "throughput_audio_s_per_s": round(server["stream_throughput"], 2),
-            "batching": None,  # not built yet: one model call per stream
-        },
-        "first_audio": {
-            "text": SHORT,
-            "trials": trials,
-            "ttfa_p50_ms": pct(first, 0.5),
-            "ttfa_p95_ms": pct(first, 0.95),
-            "long_reply_ttfa_p50_ms": pct(long_first, 0.5),
-        },
-        "concurrency": {"reply": reply, "levels": rows},
+        "batch": batch,
+        "slots": None if server["streams_limit"] == float("inf") else int(server["streams_limit"]),
+        "throughput_audio_s_per_s": round(server["stream_throughput"], 2),
+        "levels": rows,
     }
 
 
@@ -113,6 +115,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--levels", default="1,8,32", help="concurrent sessions, comma-separated")
     parser.add_argument("--trials", type=int, default=10, help="first-audio trials")
     parser.add_argument("--reply", default=LOAD_REPLY, help="what each concurrent session speaks")
+    parser.add_argument("--batch", type=int, help="KOKORO_BATCH of the batched server (default: the backend's)")
     parser.add_argument("--allow-cpu", action="store_true", help="run on the CPU when there is no GPU (testing)")
     args = parser.parse_args(argv)
     started = time.monotonic()
@@ -134,10 +137,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         derive_torch(layout.root)
     os.environ.update(KOKORO_BACKEND="torch", KOKORO_DEVICE=device)
     os.environ.setdefault("KOKORO_WORKERS", "1")
-    deadline = started + BUDGET_S
-    with local_server(ready_timeout_s=min(300, BUDGET_S / 2)) as url:
+    # Two servers, each with half of what is left: batching as configured (the backend's default), then without.
+    half = (started + BUDGET_S - time.monotonic()) / 2
+    batching = {"KOKORO_BATCH": str(args.batch)} if args.batch else None
+    with local_server(ready_timeout_s=min(300, half / 2), env=batching) as url:
         health = checked_health(url, device)
-        results = asyncio.run(measure(url, levels, args.trials, args.reply, deadline))
+        first = asyncio.run(first_audio(url, args.trials))
+        batched = asyncio.run(streams(url, health["batch"], levels, args.reply, started + BUDGET_S - half))
+    with local_server(ready_timeout_s=min(300, half / 2), env={"KOKORO_BATCH": "1"}) as url:
+        unbatched = asyncio.run(streams(url, 1, levels, args.reply, started + BUDGET_S))
+    gain = batched["throughput_audio_s_per_s"] / max(unbatched["throughput_audio_s_per_s"], 1e-9)
     document = {
         "run": {
             "device": device,
@@ -148,11 +157,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         },
         "machine": {"cores": os.cpu_count(), "arch": platform.machine(), **gpu_info()},
         "health": health,
-        **results,
+        "first_audio": first,
+        "reply": args.reply,
+        "streams": {"batched": batched, "unbatched": unbatched, "batching_gain": round(gain, 2)},
     }
     write_report(args.out, document)
-    slots = document["streams"]["slots"]
-    print(f"gpu-check: wrote {args.out} ({device}, {slots} stream slots, {document['run']['wall_s']} s)")
+    print(
+        f"gpu-check: wrote {args.out} ({device}, {batched['slots']} stream slots with batches of {batched['batch']}, "
+        f"{unbatched['slots']} without; {document['run']['wall_s']} s)"
+    )
     return 0
 
 

@@ -31,16 +31,21 @@ def test_without_a_gpu_it_refuses_with_the_reason(model_dir: Path, tmp_path: Pat
 def test_a_cpu_run_writes_the_report_against_the_real_server(model_dir: Path, tmp_path: Path) -> None:
     out = tmp_path / "gpu.json"
     args = ("--allow-cpu", "--out", str(out), "--levels", "1,2", "--trials", "1", "--reply", "Okay then.")
-    result = gpu_check(*args, model_dir=model_dir, timeout=280)
+    result = gpu_check(*args, "--batch", "2", model_dir=model_dir, timeout=400)
     assert result.returncode == 0, result.stdout + result.stderr
     report = json.loads(out.read_text())
     assert report["run"]["device"] == "cpu" and "testing" in report["run"]["note"]
     assert report["health"]["backend"] == "torch" and report["health"]["device"] == "cpu"
     assert len(report["health"]["model_sha256"]) == 64
     assert report["first_audio"]["ttfa_p50_ms"] > 0
-    assert [row["sessions"] for row in report["concurrency"]["levels"]] == [1, 2]
-    levels = report["concurrency"]["levels"]
-    assert all(row["served"] + row["refused"] == row["sessions"] and row["lost"] == 0 for row in levels)
-    assert all(row["ttfa_p50_ms"] > 0 for row in levels if row["served"])
-    streams = report["streams"]  # streams per GPU, as the server measured them at warm-up
-    assert streams["throughput_audio_s_per_s"] > 0 and streams["slots"] >= 1
+    assert report["health"]["batch"] == 2
+    # Streams per GPU as each server measured them at warm-up, with batching across sessions and without.
+    batched, unbatched = report["streams"]["batched"], report["streams"]["unbatched"]
+    assert (batched["batch"], unbatched["batch"]) == (2, 1)
+    for streams in (batched, unbatched):
+        assert streams["throughput_audio_s_per_s"] > 0 and streams["slots"] >= 1
+        levels = streams["levels"]
+        assert [row["sessions"] for row in levels] == [1, 2]
+        assert all(row["served"] + row["refused"] == row["sessions"] and row["lost"] == 0 for row in levels)
+        assert all(row["ttfa_p50_ms"] > 0 for row in levels if row["served"])
+    assert report["streams"]["batching_gain"] > 0
