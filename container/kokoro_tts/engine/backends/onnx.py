@@ -24,7 +24,7 @@ class OnnxBackend:
     in the windows. Without them: the shipped monolithic graph."""
 
     name = "onnx"
-    # The stage graphs take one chunk: on a CPU a call's fixed cost is small beside its frames (docs/engine.md).
+    # The stage graphs take one chunk: on a CPU the workers side by side beat one call for several (docs/engine.md).
     batch_limit = 1
 
     def __init__(
