@@ -59,7 +59,7 @@ bench: install ## benchmarks (TARGET=local|deployed): bench/results/latest.{json
 soak: install ## resource soak of the real serve: churn, vanishing sessions, bombs; fds/threads/RSS/CPU back to baseline
 	$(PY) -m scripts.soak --json bench/results/soak.json
 
-gpu-check: install ## on an NVIDIA GPU host: torch backend on CUDA, first audio and 1/8/32 sessions (bench/results/gpu.json)
+gpu-check: install ## on an NVIDIA GPU host: torch backend on CUDA, first audio, streams with and without batching (bench/results/gpu.json)
 	timeout 480 $(PY) -m scripts.gpu_check
 
 prereqs: ## check what make test needs besides .venv: Python 3.12, npm, Terraform, Chromium (one line each)
