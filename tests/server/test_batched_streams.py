@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -18,8 +17,6 @@ from kokoro_tts.text.phonemes import Phonemizer
 from kokoro_tts.weights.layout import WeightLayout
 from support.listener import WhisperListener, word_error_rate
 
-from scripts.weights.derive import derive_torch
-
 pytestmark = pytest.mark.slow
 
 REPLIES = (
@@ -30,10 +27,9 @@ REPLIES = (
 
 
 @pytest.fixture(scope="module")
-def engine(model_dir: Path) -> TTSEngine:
-    derive_torch(model_dir)  # what `make weights` does; a no-op when the manifest lists the file
-    layout = WeightLayout(model_dir)
-    settings = dataclasses.replace(Settings(), model_dir=model_dir, backend="torch", device="cpu", batch=3)
+def engine(torch_layout: WeightLayout) -> TTSEngine:
+    layout = torch_layout
+    settings = dataclasses.replace(Settings(), model_dir=layout.root, backend="torch", device="cpu", batch=3)
     backend = TorchBackend(layout.config_path, torch_weights(layout), device="cpu", threads=2, batch=3)
     return TTSEngine(settings, backend, VoiceBank(layout), Phonemizer(layout.config()["vocab"]))
 

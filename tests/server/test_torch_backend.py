@@ -13,7 +13,6 @@ from __future__ import annotations
 import logging
 import types
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -26,7 +25,7 @@ from kokoro_tts.weights.layout import DERIVED_TORCH, WeightLayout
 from support.listener import WhisperListener, word_error_rate
 
 from scripts.speech import resample_16k
-from scripts.weights.derive import UNRECOVERABLE, derive_torch, weight_norm_parts
+from scripts.weights.derive import UNRECOVERABLE, weight_norm_parts
 
 pytestmark = pytest.mark.slow
 
@@ -43,9 +42,8 @@ SENTENCES = (
 
 
 @pytest.fixture(scope="module")
-def layout(model_dir: Path) -> WeightLayout:
-    derive_torch(model_dir)  # what `make weights` does; a no-op when the manifest lists the file
-    return WeightLayout(model_dir)
+def layout(torch_layout: WeightLayout) -> WeightLayout:
+    return torch_layout
 
 
 @pytest.fixture(scope="module")

@@ -12,8 +12,6 @@ calls with different seeds differ by (0.38-0.46 dB); another voice is 10-15 dB a
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 import torch
@@ -23,8 +21,6 @@ from kokoro_tts.engine.voices import VoiceBank
 from kokoro_tts.text.phonemes import Phonemizer
 from kokoro_tts.weights.layout import WeightLayout
 from support.audio_metrics import log_mel_l1_db
-
-from scripts.weights.derive import derive_torch
 
 pytestmark = pytest.mark.slow
 
@@ -42,9 +38,8 @@ Single = tuple[np.ndarray, np.ndarray]  # audio, frames per token
 
 
 @pytest.fixture(scope="module")
-def layout(model_dir: Path) -> WeightLayout:
-    derive_torch(model_dir)  # what `make weights` does; a no-op when the manifest lists the file
-    return WeightLayout(model_dir)
+def layout(torch_layout: WeightLayout) -> WeightLayout:
+    return torch_layout
 
 
 @pytest.fixture(scope="module")
