@@ -4,12 +4,13 @@ Phases run one after another while /ping is probed every 50 ms: connect/close ch
 sessions that queue work and vanish, bombs (compression offers, oversized messages, bodies that never end or are
 abandoned), sessions that stay and must see every accepted utterance end, and (issue 28) stuck sockets: clients
 that flood a session with bad frames without reading, then reset the connection; the hard-token victim: "Hello
-there." timed beside a "1-2-" * 75 request against its time alone; and hostile text (scripts/hostile_text.py)
+there." timed beside a "1-2-" * 75 request and beside an ordinary one of as many words; and hostile text
+(scripts/hostile_text.py)
 through every text route. Afterwards the server's fds, threads and CPU must return to their baseline within
 seconds and its RSS to the high-water mark of a first round of every kind of work, /ping's p99 must stay under
 100 ms (and its max under SageMaker's 250 ms during the hostile text), the sessions gauge must come back to its
-baseline after the stuck sockets with new sessions still accepted, and the victim must take at most 3 times its
-time alone.
+baseline after the stuck sockets with new sessions still accepted, and the victim beside the hard token must take
+at most twice its time beside the ordinary request.
 
     python -m scripts.soak [--churn 3000] [--vanishing 20] [--staying 4] [--stuck 8] [--hostile 120] [--json out.json]
 """
@@ -23,6 +24,7 @@ import multiprocessing
 import os
 import random
 import socket
+import statistics
 import sys
 import threading
 import time
@@ -53,8 +55,12 @@ REPO = Path(__file__).resolve().parent.parent
 SENTENCE = "The quick brown fox jumps over the lazy dog, and then it runs away into the quiet forest."
 TICKS = os.sysconf("SC_CLK_TCK")
 HARD_TOKEN = "1-2-" * 75  # issue 28: 300 characters whose G2P held the one G2P lock for ~8 s
+ORDINARY = "one two " * 75  # as many spoken words, in ordinary text
 VICTIM = "Hello there."
-VICTIM_RATIO_LIMIT = 3.0  # the issue's bound: the victim beside the hard token, over its time alone
+# The victim beside the hard token over the victim beside the ordinary text: a stall behind the token's G2P shows as
+# 10x and more. Not over its time alone: beside any stream the victim shares the cores, 2-3x its time alone.
+VICTIM_RATIO_LIMIT = 2.0
+VICTIM_TRIALS = 3
 PING_LIMIT_MS = 250.0  # SageMaker's health check: an instance whose /ping misses it is replaced
 HOSTILE_SEED = 28
 
@@ -102,8 +108,10 @@ class Report:
     stuck_sessions_in_use: dict[str, float] = field(default_factory=dict)
     stuck_settled_s: float | None = None
     stuck_new_sessions: dict[str, str] = field(default_factory=dict)
-    # the hard-token victim: seconds of "Hello there." alone (median of 3) and beside "1-2-" * 75
+    # the hard-token victim: seconds of "Hello there." alone, beside "one two " * 75 and beside "1-2-" * 75 (medians
+    # of 3, taken in turns), and the ratio of the last two
     victim_alone_s: float = 0.0
+    victim_beside_ordinary_s: float = 0.0
     victim_beside_s: float = 0.0
     victim_ratio: float = 0.0
     hard_token_answer: str = ""
@@ -411,28 +419,40 @@ class Soak:
         return "closed without an answer"
 
     async def _hard_token(self) -> None:
-        """ "Hello there." alone (median of three), then 0.3 s after a "1-2-" * 75 request started (issue 28: its
-        G2P held the one G2P lock for ~8 s, and every English request waited behind it)."""
+        """ "Hello there." alone, then 0.3 s after a "1-2-" * 75 request started (issue 28: its G2P held the one G2P
+        lock for ~8 s, and every English request waited behind it), and after an ordinary one of as many words."""
         await self._wait_idle()
-        alone = sorted([await self._victim() for _ in range(3)])[1]
-        await self._wait_idle()
-
-        async def hard() -> str:
-            body = {"input": HARD_TOKEN, "voice": "af_heart", "response_format": "pcm"}
-            async with httpx.AsyncClient(timeout=600) as client:
-                response = await client.post(f"{self.base}/v1/audio/speech", json=body)
-            if response.status_code == 200:
-                return f"200, {len(response.content) / 48000:.1f} s of audio"
-            return f"{response.status_code} {response.json().get('error', {}).get('code')}"
-
-        hard_task = asyncio.create_task(hard())
-        await asyncio.sleep(0.3)
-        beside = await self._victim()
-        self.report.hard_token_answer = await hard_task
+        alone = statistics.median([await self._victim() for _ in range(VICTIM_TRIALS)])
+        ordinary, hard = [], []
+        for _ in range(VICTIM_TRIALS):
+            ordinary.append(await self._victim_beside(ORDINARY))
+            hard.append(await self._victim_beside(HARD_TOKEN))
+        self.report.hard_token_answer = await self._speak(HARD_TOKEN)
         self.report.victim_alone_s = round(alone, 3)
-        self.report.victim_beside_s = round(beside, 3)
-        self.report.victim_ratio = round(beside / alone, 2)
+        self.report.victim_beside_ordinary_s = round(statistics.median(ordinary), 3)
+        self.report.victim_beside_s = round(statistics.median(hard), 3)
+        self.report.victim_ratio = round(statistics.median(hard) / statistics.median(ordinary), 2)
         await self._wait_idle()
+
+    async def _victim_beside(self, text: str) -> float:
+        """The victim's seconds 0.3 s after a request for ``text`` started; that request is then abandoned."""
+        await self._wait_idle()
+        other = asyncio.create_task(self._speak(text))
+        await asyncio.sleep(0.3)
+        try:
+            return await self._victim()
+        finally:
+            other.cancel()
+            await asyncio.gather(other, return_exceptions=True)
+
+    async def _speak(self, text: str) -> str:
+        """``text`` on /v1/audio/speech, read to its end: what came back."""
+        body = {"input": text, "voice": "af_heart", "response_format": "pcm"}
+        async with httpx.AsyncClient(timeout=600) as client:
+            response = await client.post(f"{self.base}/v1/audio/speech", json=body)
+        if response.status_code == 200:
+            return f"200, {len(response.content) / 48000:.1f} s of audio"
+        return f"{response.status_code} {response.json().get('error', {}).get('code')}"
 
     async def _victim(self) -> float:
         """Seconds for the whole of "Hello there." on /v1/audio/speech, on a connection of its own."""
@@ -554,7 +574,7 @@ def check(report: Report) -> list[str]:
     if report.victim_ratio > VICTIM_RATIO_LIMIT:
         problems.append(
             f"{VICTIM!r} took {report.victim_beside_s} s beside a hard token, {report.victim_ratio}x its "
-            f"{report.victim_alone_s} s alone (limit {VICTIM_RATIO_LIMIT:g}x)"
+            f"{report.victim_beside_ordinary_s} s beside ordinary text (limit {VICTIM_RATIO_LIMIT:g}x)"
         )
     if report.hostile_failures:
         shown = "; ".join(report.hostile_failures[:5])
