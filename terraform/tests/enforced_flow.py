@@ -154,10 +154,12 @@ def terraform_copy(work: Path, url: str) -> None:
     """Both roots and the modules as users run them, plus an override pointing the provider at moto."""
     shutil.copytree(REPO / "terraform" / "modules", work / "modules")
     endpoints = "\n".join(f'    {s} = "{url}"' for s in SERVICES)
+    # A few retries: CI once lost moto's reply to a DeleteRolePolicy on loopback ("use of closed network
+    # connection"); a refusal (AccessDenied) is never retried, so the authorizer's verdicts stand.
     override = (
         'provider "aws" {\n  skip_credentials_validation = true\n  skip_requesting_account_id = true\n'
         "  skip_metadata_api_check = true\n"
-        f"  s3_use_path_style = true\n  max_retries = 1\n  endpoints {{\n{endpoints}\n  }}\n}}\n"
+        f"  s3_use_path_style = true\n  max_retries = 3\n  endpoints {{\n{endpoints}\n  }}\n}}\n"
     )
     for root in ROOTS:
         (work / root).mkdir()
