@@ -58,7 +58,7 @@ class Settings:
     # HTTP requests and session utterances alike; beyond it a new one is answered server_busy at once rather than
     # queued behind minutes of work.
     max_waiting_first_chunks: int = _setting(
-        "KOKORO_MAX_WAITING", 16, "utterances server-wide waiting for their first audio"
+        "KOKORO_MAX_WAITING", 16, "utterances server-wide waiting for their first audio (or twice the stream slots)"
     )
     # Behind the work already accepted (the scheduler's estimate, engine/scheduler.py), or for a stream slot
     # (engine/capacity.py); beyond it the request is refused with server_busy and a Retry-After, so accepted work

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from kokoro_tts.engine.capacity import HEADROOM
+from kokoro_tts.engine.capacity import HEADROOM, waiting_room
 from support.eventually import eventually
 from support.scrape import scrape, value
 from websockets.asyncio.client import connect
@@ -104,7 +104,9 @@ async def test_the_warm_up_measures_the_streams_it_plays_and_metrics_show_them(
     before = scrape(base)
     throughput = value(before, "kokoro_tts_stream_throughput")
     assert throughput > 0
-    assert value(before, "kokoro_tts_limit", cap="streams") == max(1, math.floor(HEADROOM * throughput))
+    slots = max(1, math.floor(HEADROOM * throughput))
+    assert value(before, "kokoro_tts_limit", cap="streams") == slots
+    assert value(before, "kokoro_tts_limit", cap="waiting_first_audio") == waiting_room(16, slots)
     assert value(before, "kokoro_tts_in_use", cap="streams") == 0
     async with connect(base.replace("http", "ws") + "/invocations-bidirectional-stream") as ws:
         await ws.send(json.dumps({"text": "A slot is held while this plays."}))

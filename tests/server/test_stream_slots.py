@@ -8,7 +8,7 @@ import math
 
 import pytest
 from kokoro_client.errors import ErrorCode, TTSError
-from kokoro_tts.engine.capacity import HEADROOM, MEASURED, UNLIMITED, StreamSlots
+from kokoro_tts.engine.capacity import HEADROOM, MEASURED, UNLIMITED, StreamSlots, waiting_room
 
 
 def test_the_ceiling_is_the_measured_throughput_less_the_headroom() -> None:
@@ -28,6 +28,16 @@ def test_a_fixed_count_or_no_limit_ignores_the_measurement() -> None:
     assert (fixed.ceiling, unlimited.ceiling) == (3, math.inf)
     with pytest.raises(ValueError, match="streams must be"):
         StreamSlots(-2)
+
+
+def test_the_waiting_cap_takes_a_burst_the_slots_can_take() -> None:
+    """A GPU measures dozens of slots (bench/results/gpu.json: 38 on an H200): with the CPU-sized cap of 16, 32
+    sessions arriving together were refused at the door while slots stood free. The cap is now twice the slots
+    where that is more; a CPU's few slots and a server without slots keep the configured cap."""
+    assert waiting_room(16, 38) == 76
+    assert waiting_room(16, 6) == 16
+    assert waiting_room(16, math.inf) == 16
+    assert waiting_room(100, 38) == 100
 
 
 async def test_a_newcomer_waits_for_the_slot_and_gets_it_when_it_is_released() -> None:

@@ -35,7 +35,7 @@ from kokoro_client.protocol import WordTiming
 from kokoro_tts.audio.encoding import SAMPLE_RATE, float_to_pcm16
 from kokoro_tts.engine.backends import Backend, ChunkInput, load_backend
 from kokoro_tts.engine.backends.stages import SAMPLES_PER_FRAME
-from kokoro_tts.engine.capacity import StreamSlots
+from kokoro_tts.engine.capacity import StreamSlots, waiting_room
 from kokoro_tts.engine.requests import RequestRules, SpeechRequest
 from kokoro_tts.engine.scheduler import Batch, DeadlineScheduler, Limit
 from kokoro_tts.engine.voices import VoiceBank
@@ -88,9 +88,10 @@ class TTSEngine:
         self._whole_chunks = Batch(self._synthesize_batch, backend.batch_limit)
         # Server-wide caps: past them a client reads server_busy at once, never a queue minutes long.
         self.sessions = Limit("WebSocket sessions", settings.max_sessions)
-        self.waiting = Limit("utterances waiting for their first audio", settings.max_waiting_first_chunks)
-        self.http_streams = Limit("HTTP syntheses in flight", settings.max_http_streams)
         self.slots = StreamSlots(settings.streams)  # measured by ``warm_up``
+        waiting = waiting_room(settings.max_waiting_first_chunks, self.slots.ceiling)  # again once measured
+        self.waiting = Limit("utterances waiting for their first audio", waiting)
+        self.http_streams = Limit("HTTP syntheses in flight", settings.max_http_streams)
         self.window_plan = WindowPlan()
         # The decoder's speed, learnt from the windows of every stream: a new chunk's first window is planned from
         # it (unknown until the warm-up has decoded one); and what making a chunk's input takes, which the job of
@@ -141,6 +142,7 @@ class TTSEngine:
         started = time.perf_counter()
         samples = self._as_under_load(texts, request)
         self.slots.measured(samples / SAMPLE_RATE, time.perf_counter() - started)
+        self.waiting.ceiling = waiting_room(self.settings.max_waiting_first_chunks, self.slots.ceiling)
         log.info(
             "stream slots: %g (the workers make %.2f s of audio per second side by side)",
             self.slots.ceiling,
