@@ -203,6 +203,8 @@ ROLES: tuple[Statement, ...] = (
         ),
         ("arn:aws:iam::*:role/{name}-*",),
     ),
+    # The preflight reads the boundary (scripts/deploy/account.py): without it no role can be created.
+    Statement("ReadRoleBoundary", ("iam:GetPolicy",), (BOUNDARY_ARN,)),
     # Whatever else the identity holds: the boundary stays on the roles and stays as the administrator wrote it.
     Statement(
         "KeepRoleBoundary",
@@ -519,6 +521,7 @@ def simulation_cases(account: str, region: str, name: str = "kokoro-tts") -> lis
         "TagWeightKey": f"arn:aws:kms:{region}:{account}:key/00000000-0000-0000-0000-000000000000",
         "Roles": f"arn:aws:iam::{account}:role/{name}-sagemaker",
         "RolesWithBoundary": f"arn:aws:iam::{account}:role/{name}-sagemaker",
+        "ReadRoleBoundary": f"arn:aws:iam::{account}:policy/{boundary_policy(name)}",
         "Endpoint": f"arn:aws:sagemaker:{region}:{account}:endpoint/{name}",
         "InvokeEndpoint": f"arn:aws:sagemaker:{region}:{account}:endpoint/{name}",
         "ScalingAlarms": f"arn:aws:cloudwatch:{region}:{account}:alarm:TargetTracking-endpoint/{name}/variant/x",

@@ -299,6 +299,7 @@ def bucket_policy_lifted(s3_admin: Any, bucket: str) -> Iterator[None]:
 def run_flow(url: str, deployer: dict[str, str], admin: dict[str, str], authorizer: Authorizer, work: Path) -> None:
     import boto3
 
+    from scripts.deploy.account import AccountInputs, check_role_boundary
     from scripts.deploy.ecr import Repository, image_digest
     from scripts.deploy.endpoint import wait_in_service
     from scripts.deploy.permissions import runtime_name
@@ -324,7 +325,11 @@ def run_flow(url: str, deployer: dict[str, str], admin: dict[str, str], authoriz
             region_name=REGION,
         )
         report = Report()
-        check_credentials(REGION, report, session, permissions=True)
+        working = check_credentials(REGION, report, session, permissions=True)
+        if working is not None:
+            # The account check that reads IAM (the others read services moto does not serve): the boundary.
+            inputs = AccountInputs(REGION, "ml.g5.xlarge", 1, 2, "us.amazon.nova-2-lite-v1:0", working[1], "")
+            check_role_boundary(working[0].client("iam"), inputs, report, report.warnings.append)
         if report.problems:
             raise Denied("; ".join(p.what for p in report.problems))
         for line in report.found + report.warnings:
