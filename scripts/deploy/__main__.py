@@ -304,12 +304,8 @@ def cmd_smoke_runtime(args: argparse.Namespace) -> int:
 def cmd_deployer_policy(args: argparse.Namespace) -> int:
     from .permissions import policy_files
 
-    files = policy_files(args.name)
-    if args.out is None:
-        sys.stdout.write("".join(files.values()))
-        return 0
     args.out.mkdir(parents=True, exist_ok=True)
-    for file_name, text in files.items():
+    for file_name, text in policy_files(args.name).items():
         (args.out / file_name).write_text(text)
         print(args.out / file_name)
     return 0
@@ -432,7 +428,9 @@ def _parser() -> argparse.ArgumentParser:
         "deployer-policy", help="write the deploying identity's IAM policies and the roles' boundary (JSON files)"
     )
     p.add_argument("--name", default="kokoro-tts", help="the deployment's name: scopes every write to <name>-*")
-    p.add_argument("--out", type=Path, help="folder for the files (docs/deployer-policy/ holds them for kokoro-tts)")
+    p.add_argument(
+        "--out", type=Path, required=True, help="folder for the files (docs/deployer-policy/ holds them for kokoro-tts)"
+    )
     p.set_defaults(func=cmd_deployer_policy)
     return parser
 

@@ -158,7 +158,7 @@ def check_model_answers(runtime: Any, inputs: AccountInputs, report: Adder, warn
                 ANTHROPIC_STEPS
                 if "anthropic" in model
                 else (
-                    "allow the deployer bedrock:InvokeModel on the model (docs/deployer-policy.json), or choose "
+                    "allow the deployer bedrock:InvokeModel on the model (docs/deployer-policy/), or choose "
                     "BEDROCK_MODEL_ID=us.amazon.nova-2-lite-v1:0"
                 )
             )
