@@ -5,9 +5,10 @@
 #   test      terraform test in both roots (mock provider: plan and apply)
 #   checkov   static analysis, zero failed checks (skips are written beside their resources)
 #   moto      real apply + destroy of shared then deployment against a moto server on loopback
-#   iam       the whole deploy and destroy flow as a user holding only docs/deployer-policy.json, IAM enforced
+#   iam       the whole deploy and destroy flow as a user holding only docs/deployer-policy/, IAM enforced
 #             (terraform/tests/enforced_flow.py): every call allowed; each statement needed by some call (or
 #             listed as one moto cannot exercise); without a statement the shared root's apply fails
+#             (the deployer's attempts to escape the roles' boundary: tests/scripts/test_iam_authorizer.py)
 #
 # Usage: scripts/terraform_checks.sh [STEP...]   (default: every step, in the order above)
 #        scripts/terraform_checks.sh --lock      re-pin requirements-checkov.lock

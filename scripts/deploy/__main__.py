@@ -15,7 +15,8 @@
                           InvokeEndpointWithBidirectionalStream; prints the time to first audio
   smoke-runtime           one reply of the AgentCore runtime (InvokeAgentRuntime): Bedrock's model, decodable speech
   outputs                 what was deployed: the endpoint name, the runtime ARN, the autoscaling target
-  deployer-policy         the IAM policy document the deploying identity needs (what the preflight checks)
+  deployer-policy         the IAM policies the deploying identity needs (what the preflight checks) and the roles'
+                          permissions boundary
 
 Settings come from the environment as make passes them (BEDROCK_MODEL_ID, AWS_REGION, INSTANCE_TYPE,
 MIN_INSTANCES, MAX_INSTANCES, WEIGHTS_SOURCE, WEIGHTS_DIR); options override them.
@@ -301,9 +302,12 @@ def cmd_smoke_runtime(args: argparse.Namespace) -> int:
 
 
 def cmd_deployer_policy(args: argparse.Namespace) -> int:
-    from .permissions import policy_json
+    from .permissions import policy_files
 
-    sys.stdout.write(policy_json(args.name))
+    args.out.mkdir(parents=True, exist_ok=True)
+    for file_name, text in policy_files(args.name).items():
+        (args.out / file_name).write_text(text)
+        print(args.out / file_name)
     return 0
 
 
@@ -420,8 +424,13 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--deployment-outputs", type=Path, required=True)
     p.set_defaults(func=cmd_outputs)
 
-    p = sub.add_parser("deployer-policy", help="print the deploying identity's IAM policy document (JSON)")
-    p.add_argument("--name", default="kokoro-tts", help="the deployment's name: scopes iam:PassRole to <name>-*")
+    p = sub.add_parser(
+        "deployer-policy", help="write the deploying identity's IAM policies and the roles' boundary (JSON files)"
+    )
+    p.add_argument("--name", default="kokoro-tts", help="the deployment's name: scopes every write to <name>-*")
+    p.add_argument(
+        "--out", type=Path, required=True, help="folder for the files (docs/deployer-policy/ holds them for kokoro-tts)"
+    )
     p.set_defaults(func=cmd_deployer_policy)
     return parser
 

@@ -15,7 +15,8 @@ is one line:
 - that SageMaker's bidirectional streaming answers: a TCP connection to runtime.sagemaker.<region>:8443 (the
   host and port the SDK's endpoint rules give the bidirectional API), or to SMOKE_ENDPOINT_URI;
 - the service-linked roles the first deploy creates: present, or the deployer may create them
-  (iam:SimulatePrincipalPolicy of iam:CreateServiceLinkedRole for that service).
+  (iam:SimulatePrincipalPolicy of iam:CreateServiceLinkedRole for that service);
+- the roles' permissions boundary <name>-role-boundary, which an administrator creates once: iam:GetPolicy.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from urllib.parse import urlsplit
 
 from botocore.exceptions import BotoCoreError, ClientError, EndpointConnectionError
 
-from .permissions import SERVICE_LINKED_ROLES
+from .permissions import SERVICE_LINKED_ROLES, boundary_policy
 
 QUOTA_SERVICE = "sagemaker"
 BIDI_PORT = 8443
@@ -53,6 +54,7 @@ class AccountInputs:
     bedrock_model_id: str
     caller_arn: str
     bidi_endpoint: str  # https://host:port of the bidirectional API (SMOKE_ENDPOINT_URI or the regional one)
+    name: str = "kokoro-tts"  # the deployment's name (terraform's var.name)
 
 
 def _code(error: ClientError) -> str:
@@ -156,7 +158,7 @@ def check_model_answers(runtime: Any, inputs: AccountInputs, report: Adder, warn
                 ANTHROPIC_STEPS
                 if "anthropic" in model
                 else (
-                    "allow the deployer bedrock:InvokeModel on the model (docs/deployer-policy.json), or choose "
+                    "allow the deployer bedrock:InvokeModel on the model (docs/deployer-policy/), or choose "
                     "BEDROCK_MODEL_ID=us.amazon.nova-2-lite-v1:0"
                 )
             )
@@ -229,9 +231,32 @@ def check_service_linked_roles(iam: Any, inputs: AccountInputs, report: Adder, w
             report.add(
                 f"the service-linked role {role} does not exist, and the deployer may not create it "
                 f"(iam:CreateServiceLinkedRole for {service}).",
-                f"allow it (docs/deployer-policy.json), or have an administrator run once: aws iam "
+                f"allow it (docs/deployer-policy/roles.json), or have an administrator run once: aws iam "
                 f"create-service-linked-role --aws-service-name {service}",
             )
+
+
+def check_role_boundary(iam: Any, inputs: AccountInputs, report: Adder, warn: Callable[[str], None]) -> None:
+    """The permissions boundary the deployment's roles carry: an administrator creates it once; without it the
+    deployment's first role cannot be created."""
+    account = inputs.caller_arn.split(":")[4] if inputs.caller_arn.count(":") >= 5 else ""
+    name = boundary_policy(inputs.name)
+    arn = f"arn:aws:iam::{account}:policy/{name}"
+    try:
+        iam.get_policy(PolicyArn=arn)
+        return
+    except ClientError as e:
+        if _code(e) != "NoSuchEntity":
+            warn(f"the roles' permissions boundary {name} could not be read ({_message(e)})")
+            return
+    except BotoCoreError as e:
+        warn(f"the roles' permissions boundary {name} could not be read ({e})")
+        return
+    report.add(
+        f"the roles' permissions boundary {arn} does not exist: the deployer may create roles only with it.",
+        f"have an administrator create it once: aws iam create-policy --policy-name {name} "
+        "--policy-document file://docs/deployer-policy/role-boundary.json (docs/deploy.md, Permissions)",
+    )
 
 
 def check_account(session: Any, inputs: AccountInputs, report: Adder, warn: Callable[[str], None]) -> None:
@@ -250,6 +275,7 @@ def check_account(session: Any, inputs: AccountInputs, report: Adder, warn: Call
         ("AgentCore", lambda: check_agentcore_region(client("bedrock-agentcore-control"), inputs, report, warn)),
         ("bidirectional streaming", lambda: check_bidi_streaming(inputs, report)),
         ("the service-linked roles", lambda: check_service_linked_roles(client("iam"), inputs, report, warn)),
+        ("the roles' permissions boundary", lambda: check_role_boundary(client("iam"), inputs, report, warn)),
     ]
     for what, check in checks:
         try:

@@ -1,6 +1,7 @@
-"""What the identity that runs `make deploy` / `make destroy` may do: one list of statements, which the preflight
-checks (iam:SimulatePrincipalPolicy) and from which `python -m scripts.deploy deployer-policy` writes the IAM policy
-document to attach (docs/deployer-policy.json, kept in step by tests/scripts/test_deploy_checks.py).
+"""What the identity that runs `make deploy` / `make destroy` may do: one list of statements, in three managed
+policies by purpose, which the preflight checks (iam:SimulatePrincipalPolicy) and from which
+`python -m scripts.deploy deployer-policy --out DIR` writes the IAM policy documents to attach, with the roles'
+permissions boundary (docs/deployer-policy/*.json, kept in step by tests/scripts/test_deploy_checks.py).
 
 Every write is scoped to the resources the deployment names in advance (terraform/: the roles <name>-*, the
 repositories <name>/*, the bucket <name>-weights-*, the stack and runtime <name>_agent, the log groups, the endpoint
@@ -30,12 +31,20 @@ PROJECT_TAG = "Project"  # terraform/*/variables.tf: default_tags Project = <nam
 class Statement:
     sid: str
     actions: tuple[str, ...]
-    # ARN patterns; {name}, {runtime} (<name>_agent as AgentCore spells it) and {stack} are filled in.
+    # ARN patterns; {name}, {runtime} (<name>_agent as AgentCore spells it), {stack} and {boundary} are filled in.
     resources: tuple[str, ...] = ("*",)
     condition: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    effect: str = "Allow"
 
 
-STATEMENTS: tuple[Statement, ...] = (
+# The permissions boundary every role of the deployment carries (ROLE_BOUNDARY below): an administrator creates it
+# once; the deployer may create and rewrite roles only with it, and may neither remove it nor change it.
+BOUNDARY_POLICY = "{name}-role-boundary"
+BOUNDARY_ARN = "arn:aws:iam::*:policy/" + BOUNDARY_POLICY
+WITH_BOUNDARY = {"StringLike": {"iam:PermissionsBoundary": BOUNDARY_ARN}}
+
+# Three managed policies, split by purpose so each stays under IAM's 6,144 characters (policy_sizes()).
+IMAGES_AND_WEIGHTS: tuple[Statement, ...] = (
     # Read-only calls, and actions IAM authorizes on "*" only.
     Statement(
         "ReadAndUnscoped",
@@ -162,24 +171,52 @@ STATEMENTS: tuple[Statement, ...] = (
         ("*",),
         {"StringEquals": {f"aws:RequestTag/{PROJECT_TAG}": "{name}"}},
     ),
-    # terraform/deployment: the execution roles and their inline policies.
+)
+
+ROLES: tuple[Statement, ...] = (
+    # terraform/deployment: the execution roles and their inline policies, only with the project's boundary
+    # (iam:PermissionsBoundary is the role's boundary, or for CreateRole and PutRolePermissionsBoundary the one
+    # requested): a role the deployer writes can never do more than ROLE_BOUNDARY allows.
     Statement(
-        "Roles",
+        "RolesWithBoundary",
         (
             "iam:CreateRole",
             "iam:DeleteRole",
             "iam:DeleteRolePolicy",
-            "iam:GetRolePolicy",
-            "iam:ListAttachedRolePolicies",
-            "iam:ListInstanceProfilesForRole",
-            "iam:ListRolePolicies",
+            "iam:PutRolePermissionsBoundary",
             "iam:PutRolePolicy",
-            "iam:TagRole",
-            "iam:UntagRole",
             "iam:UpdateAssumeRolePolicy",
             "iam:UpdateRole",
         ),
         ("arn:aws:iam::*:role/{name}-*",),
+        WITH_BOUNDARY,
+    ),
+    Statement(
+        "Roles",
+        (
+            "iam:GetRolePolicy",
+            "iam:ListAttachedRolePolicies",
+            "iam:ListInstanceProfilesForRole",
+            "iam:ListRolePolicies",
+            "iam:TagRole",
+            "iam:UntagRole",
+        ),
+        ("arn:aws:iam::*:role/{name}-*",),
+    ),
+    # The preflight reads the boundary (scripts/deploy/account.py): without it no role can be created.
+    Statement("ReadRoleBoundary", ("iam:GetPolicy",), (BOUNDARY_ARN,)),
+    # Whatever else the identity holds: the boundary stays on the roles and stays as the administrator wrote it.
+    Statement(
+        "KeepRoleBoundary",
+        (
+            "iam:CreatePolicyVersion",
+            "iam:DeletePolicy",
+            "iam:DeletePolicyVersion",
+            "iam:DeleteRolePermissionsBoundary",
+            "iam:SetDefaultPolicyVersion",
+        ),
+        ("arn:aws:iam::*:role/{name}-*", BOUNDARY_ARN),
+        effect="Deny",
     ),
     Statement(
         "PassDeploymentRoles",
@@ -193,6 +230,9 @@ STATEMENTS: tuple[Statement, ...] = (
         tuple(f"arn:aws:iam::*:role/aws-service-role/{svc}/{role}" for svc, role in SERVICE_LINKED_ROLES.items()),
         {"StringEquals": {"iam:AWSServiceName": list(SERVICE_LINKED_ROLES)}},
     ),
+)
+
+DEPLOYMENT: tuple[Statement, ...] = (
     Statement(
         "Endpoint",
         (
@@ -206,6 +246,8 @@ STATEMENTS: tuple[Statement, ...] = (
             "sagemaker:DeleteTags",
             "sagemaker:ListTags",
             "sagemaker:UpdateEndpoint",
+            # Application Auto Scaling checks that the caller may scale the variant before it registers it.
+            "sagemaker:UpdateEndpointWeightsAndCapacities",
         ),
         (
             "arn:aws:sagemaker:*:*:endpoint/{name}",
@@ -280,14 +322,18 @@ STATEMENTS: tuple[Statement, ...] = (
         ),
         ("arn:aws:cloudformation:*:*:stack/{stack}/*",),
     ),
-    # What CloudFormation does to the runtime in the deployer's name, and the smoke test's and bench's calls.
+    # What CloudFormation's AWS::BedrockAgentCore::Runtime handlers do in the deployer's name (the stack has no
+    # service role; the registry schema lists them), and the smoke test's and bench's calls.
     Statement(
         "Runtime",
         (
+            "bedrock-agentcore:CreateAgentRuntimeEndpoint",
             "bedrock-agentcore:CreateWorkloadIdentity",
             "bedrock-agentcore:DeleteAgentRuntime",
+            "bedrock-agentcore:DeleteAgentRuntimeEndpoint",
             "bedrock-agentcore:DeleteWorkloadIdentity",
             "bedrock-agentcore:GetAgentRuntime",
+            "bedrock-agentcore:GetAgentRuntimeEndpoint",
             "bedrock-agentcore:GetWorkloadIdentity",
             "bedrock-agentcore:InvokeAgentRuntime",
             "bedrock-agentcore:ListTagsForResource",
@@ -295,6 +341,7 @@ STATEMENTS: tuple[Statement, ...] = (
             "bedrock-agentcore:TagResource",
             "bedrock-agentcore:UntagResource",
             "bedrock-agentcore:UpdateAgentRuntime",
+            "bedrock-agentcore:UpdateAgentRuntimeEndpoint",
         ),
         (
             "arn:aws:bedrock-agentcore:*:*:runtime/{runtime}-*",
@@ -304,8 +351,83 @@ STATEMENTS: tuple[Statement, ...] = (
     ),
 )
 
+POLICIES: Mapping[str, tuple[Statement, ...]] = {
+    "images-and-weights": IMAGES_AND_WEIGHTS,
+    "roles": ROLES,
+    "deployment": DEPLOYMENT,
+}
+STATEMENTS: tuple[Statement, ...] = tuple(s for group in POLICIES.values() for s in group)
+# IAM's quota for a managed policy, counted as IAM counts it: the JSON without whitespace.
+MANAGED_POLICY_CHARS = 6144
+
+# The most any role of the deployment may do, whatever its own policies say: what terraform/modules/iam grants the
+# SageMaker and the AgentCore execution roles, on the same resources (tests/scripts/test_role_boundary.py).
+ROLE_BOUNDARY: tuple[Statement, ...] = (
+    Statement(
+        "ReadWeights",
+        ("s3:GetObject", "s3:ListBucket"),
+        ("arn:aws:s3:::{name}-weights-*", "arn:aws:s3:::{name}-weights-*/*"),
+    ),
+    Statement(
+        "DecryptWeights",
+        ("kms:Decrypt",),
+        ("arn:aws:kms:*:*:key/*",),
+        {"StringLike": {"kms:ViaService": "s3.*.amazonaws.com"}},
+    ),
+    Statement(
+        "PullImages",
+        ("ecr:BatchCheckLayerAvailability", "ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer"),
+        ("arn:aws:ecr:*:*:repository/{name}/*",),
+    ),
+    Statement(
+        "LogGroups",
+        ("logs:CreateLogGroup", "logs:DescribeLogStreams"),
+        (
+            "arn:aws:logs:*:*:log-group:/aws/sagemaker/Endpoints/{name}",
+            "arn:aws:logs:*:*:log-group:/aws/bedrock-agentcore/runtimes/{runtime}-*",
+        ),
+    ),
+    Statement(
+        "WriteLogs",
+        ("logs:CreateLogStream", "logs:PutLogEvents"),
+        (
+            "arn:aws:logs:*:*:log-group:/aws/sagemaker/Endpoints/{name}:log-stream:*",
+            "arn:aws:logs:*:*:log-group:/aws/bedrock-agentcore/runtimes/{runtime}-*:log-stream:*",
+        ),
+    ),
+    Statement(
+        "InvokeModels",
+        ("bedrock:InvokeModel", "bedrock:InvokeModelWithResponseStream"),
+        ("arn:aws:bedrock:*::foundation-model/*", "arn:aws:bedrock:*:*:inference-profile/*"),
+    ),
+    Statement(
+        "InvokeTtsEndpoint",
+        (
+            "sagemaker:InvokeEndpoint",
+            "sagemaker:InvokeEndpointWithBidirectionalStream",
+            "sagemaker:InvokeEndpointWithResponseStream",
+        ),
+        ("arn:aws:sagemaker:*:*:endpoint/{name}",),
+    ),
+    # Actions IAM authorizes on "*" only (the roles' own statements narrow what they can).
+    Statement(
+        "Unscoped",
+        (
+            "aws-marketplace:Subscribe",
+            "aws-marketplace:ViewSubscriptions",
+            "cloudwatch:PutMetricData",
+            "ecr:GetAuthorizationToken",
+            "logs:DescribeLogGroups",
+            "xray:GetSamplingRules",
+            "xray:GetSamplingTargets",
+            "xray:PutTelemetryRecords",
+            "xray:PutTraceSegments",
+        ),
+    ),
+)
+ALLOWS: tuple[Statement, ...] = tuple(s for s in STATEMENTS if s.effect == "Allow")
 # Kept for the preflight's callers: statement id -> its actions.
-ACTIONS: Mapping[str, tuple[str, ...]] = {s.sid: s.actions for s in STATEMENTS}
+ACTIONS: Mapping[str, tuple[str, ...]] = {s.sid: s.actions for s in ALLOWS}
 
 
 def runtime_name(name: str) -> str:
@@ -323,14 +445,14 @@ def _fill(value: Any, name: str) -> Any:
 
 
 def all_actions() -> list[str]:
-    return sorted({a for s in STATEMENTS for a in s.actions})
+    return sorted({a for s in ALLOWS for a in s.actions})
 
 
 def statement_document(statement: Statement, name: str = "kokoro-tts") -> dict[str, Any]:
     resources = [_fill(r, name) for r in statement.resources]
     document: dict[str, Any] = {
         "Sid": statement.sid,
-        "Effect": "Allow",
+        "Effect": statement.effect,
         "Action": sorted(statement.actions) if len(statement.actions) > 1 else statement.actions[0],
         "Resource": resources if len(resources) > 1 else resources[0],
     }
@@ -339,12 +461,33 @@ def statement_document(statement: Statement, name: str = "kokoro-tts") -> dict[s
     return document
 
 
-def policy_document(name: str = "kokoro-tts") -> dict[str, Any]:
-    return {"Version": "2012-10-17", "Statement": [statement_document(s, name) for s in STATEMENTS]}
+def document(statements: Iterable[Statement], name: str = "kokoro-tts") -> dict[str, Any]:
+    return {"Version": "2012-10-17", "Statement": [statement_document(s, name) for s in statements]}
 
 
-def policy_json(name: str = "kokoro-tts") -> str:
-    return json.dumps(policy_document(name), indent=2) + "\n"
+def policy_documents(name: str = "kokoro-tts") -> dict[str, dict[str, Any]]:
+    """The deployer's managed policies, by purpose (docs/deployer-policy/<purpose>.json)."""
+    return {purpose: document(statements, name) for purpose, statements in POLICIES.items()}
+
+
+def boundary_document(name: str = "kokoro-tts") -> dict[str, Any]:
+    """The roles' permissions boundary (docs/deployer-policy/role-boundary.json), named boundary_policy(name)."""
+    return document(ROLE_BOUNDARY, name)
+
+
+def boundary_policy(name: str = "kokoro-tts") -> str:
+    return BOUNDARY_POLICY.format(name=name)
+
+
+def policy_files(name: str = "kokoro-tts") -> dict[str, str]:
+    """File name -> JSON text: the three deployer policies and the roles' boundary."""
+    documents = {**policy_documents(name), "role-boundary": boundary_document(name)}
+    return {f"{purpose}.json": json.dumps(doc, indent=2) + "\n" for purpose, doc in documents.items()}
+
+
+def iam_size(document_text: str) -> int:
+    """A policy's length as IAM's quotas count it: without whitespace."""
+    return sum(1 for c in document_text if not c.isspace())
 
 
 @dataclass
@@ -377,6 +520,8 @@ def simulation_cases(account: str, region: str, name: str = "kokoro-tts") -> lis
         "WeightKey": f"arn:aws:kms:{region}:{account}:key/00000000-0000-0000-0000-000000000000",
         "TagWeightKey": f"arn:aws:kms:{region}:{account}:key/00000000-0000-0000-0000-000000000000",
         "Roles": f"arn:aws:iam::{account}:role/{name}-sagemaker",
+        "RolesWithBoundary": f"arn:aws:iam::{account}:role/{name}-sagemaker",
+        "ReadRoleBoundary": f"arn:aws:iam::{account}:policy/{boundary_policy(name)}",
         "Endpoint": f"arn:aws:sagemaker:{region}:{account}:endpoint/{name}",
         "InvokeEndpoint": f"arn:aws:sagemaker:{region}:{account}:endpoint/{name}",
         "ScalingAlarms": f"arn:aws:cloudwatch:{region}:{account}:alarm:TargetTracking-endpoint/{name}/variant/x",
@@ -389,9 +534,10 @@ def simulation_cases(account: str, region: str, name: str = "kokoro-tts") -> lis
         "WeightKey": [(f"aws:ResourceTag/{PROJECT_TAG}", name)],
         "TagWeightKey": [(f"aws:RequestTag/{PROJECT_TAG}", name)],
         "Autoscaling": [("application-autoscaling:service-namespace", "sagemaker")],
+        "RolesWithBoundary": [("iam:PermissionsBoundary", f"arn:aws:iam::{account}:policy/{boundary_policy(name)}")],
     }
     cases: list[dict[str, Any]] = []
-    for statement in STATEMENTS:
+    for statement in ALLOWS:
         actions = sorted(statement.actions)
         if statement.sid == "PassDeploymentRoles":
             for service in PASS_ROLE_SERVICES:

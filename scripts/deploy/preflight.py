@@ -257,8 +257,9 @@ def check_deployer_permissions(iam: Any, caller_arn: str, report: Report) -> Non
     from .permissions import check_permissions
 
     attach = (
-        "attach the deployer policy to that identity: python -m scripts.deploy deployer-policy > deployer.json\n"
-        "(the same document as docs/deployer-policy.json; docs/deploy.md, Permissions)"
+        "attach the deployer policies to that identity:\n"
+        "python -m scripts.deploy deployer-policy --out deployer-policy\n"
+        "(the same documents as docs/deployer-policy/; docs/deploy.md, Permissions)"
     )
     result = check_permissions(iam, caller_arn)
     if result.unchecked:

@@ -1,6 +1,7 @@
 # Everything that costs money while it runs: destroying this root leaves the images and the weights.
 
 data "aws_partition" "current" {}
+data "aws_caller_identity" "current" {}
 
 locals {
   endpoint_name = var.name
@@ -15,7 +16,10 @@ locals {
   agent_repository_arn = "arn:${data.aws_partition.current.partition}:ecr:${local.agent_image_parts[1]}:${local.agent_image_parts[0]}:repository/${local.agent_image_parts[2]}"
 
   weights_bucket_arn = "arn:${data.aws_partition.current.partition}:s3:::${var.weights_bucket_name}"
-  weights_s3_uri     = "s3://${var.weights_bucket_name}/${var.weights_prefix}"
+  # The permissions boundary an administrator creates once (docs/deploy.md, Permissions): the deployer may create
+  # and rewrite the roles only with it, so a role never does more than it allows.
+  role_boundary_arn = "arn:${data.aws_partition.current.partition}:iam::${data.aws_caller_identity.current.account_id}:policy/${var.name}-role-boundary"
+  weights_s3_uri    = "s3://${var.weights_bucket_name}/${var.weights_prefix}"
 }
 
 module "iam" {
@@ -30,6 +34,8 @@ module "iam" {
   agent_repository_arn = local.agent_repository_arn
   agent_runtime_name   = local.agent_runtime_name
   bedrock_model_id     = var.bedrock_model_id
+
+  permissions_boundary_arn = local.role_boundary_arn
 }
 
 module "sagemaker_endpoint" {

@@ -1,12 +1,14 @@
-"""The deploy and destroy flow as a user holding only docs/deployer-policy.json, against moto with IAM enforced.
+"""The deploy and destroy flow as a user holding only docs/deployer-policy/, against moto with IAM enforced.
 
-    enforced_flow.py run   --log F [--without SID ...]   bootstrap, then deploy → bench's calls → destroy
-    enforced_flow.py needs --log F                        which call of a run each statement is the only one to allow
+    enforced_flow.py run        --log F [--without SID ...]  bootstrap, then deploy → bench's calls → destroy
+    enforced_flow.py needs      --log F                      which call of a run each statement alone allows
+    enforced_flow.py escalation                               the deployer's attempts to escape the role boundary
 
 moto runs in this process (iam_authorizer.py replaces its check with one that reads resources and conditions).
-INITIAL_NO_AUTH_ACTION_COUNT lets the first requests through unsigned-for: they create the deployer (the policy
-as an inline user policy) and an administrator that only lifts what moto cannot evaluate (the bucket policy's
-TLS condition) and reads what a check needs. Everything else runs as the deployer:
+INITIAL_NO_AUTH_ACTION_COUNT lets the first requests through unsigned-for: they do what docs/deploy.md asks of an
+administrator once (the three deployer policies as managed policies attached to the deployer, the roles'
+boundary policy) and create an administrator that only lifts what moto cannot evaluate (the bucket policy's TLS
+condition) and reads what a check needs. Everything else runs as the deployer:
 
   preflight      scripts/deploy/preflight.py's AWS checks (credentials, the permission simulation)
   shared         terraform apply of terraform/shared
@@ -46,15 +48,19 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 sys.path[:0] = [str(REPO), str(HERE)]
 
-# The bootstrap's requests: two users, their inline policies, their access keys.
-BOOTSTRAP_CALLS = 6
+POLICY_DIR = REPO / "docs" / "deployer-policy"
+DEPLOYER_POLICIES = ("images-and-weights", "roles", "deployment")
+BOUNDARY = "role-boundary"
+# The bootstrap's requests: the deployer (user, a managed policy and its attachment per policy, access key), the
+# administrator (user, inline policy, access key) and the boundary policy.
+def bootstrap_calls(policies: int) -> int:
+    return 2 + 2 * policies + 3 + 1
 
 from iam_authorizer import AccessDenied, Authorizer, Call, Decision, evaluate, load_decisions  # noqa: E402
 
 REGION = "us-east-1"
 TERRAFORM_TIMEOUT_S = 300
 NAME = "kokoro-tts"
-POLICY = REPO / "docs" / "deployer-policy.json"
 ROOTS = ("shared", "deployment")
 SERVICES = (
     "applicationautoscaling",
@@ -71,7 +77,6 @@ SERVICES = (
 # Statements no call of this flow needs in moto, and why (docs/deploy.md, Permissions, lists them too).
 NOT_EXERCISED = {
     "EcrKeyGrants": "ECR's grants on the repositories' KMS key: moto's ECR creates no grant",
-    "ScalingAlarms": "the target-tracking alarms: moto's Application Auto Scaling creates none",
     "AutoscalingTags": "tags on the scalable target: moto cannot tag Application Auto Scaling targets",
 }
 
@@ -89,7 +94,7 @@ def log(message: str) -> None:
 
 
 @contextmanager
-def moto_server(authorizer: Authorizer) -> Iterator[str]:
+def moto_server(authorizer: Authorizer, unauthenticated: int) -> Iterator[str]:
     import logging
 
     from moto.server import ThreadedMotoServer
@@ -98,7 +103,7 @@ def moto_server(authorizer: Authorizer) -> Iterator[str]:
     # moto reads INITIAL_NO_AUTH_ACTION_COUNT when it is imported: cmd_run sets it first. Checked, not assumed.
     from moto import settings
 
-    if settings.INITIAL_NO_AUTH_ACTION_COUNT != BOOTSTRAP_CALLS:
+    if settings.INITIAL_NO_AUTH_ACTION_COUNT != unauthenticated:
         raise RuntimeError("moto was imported before INITIAL_NO_AUTH_ACTION_COUNT was set: IAM would not be enforced")
     authorizer.install()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
@@ -123,18 +128,33 @@ def client(url: str, service: str, keys: Mapping[str, str]) -> Any:
     )
 
 
-def bootstrap(url: str, policy: Mapping[str, Any]) -> tuple[dict[str, str], dict[str, str]]:
-    """The deployer (only ``policy``) and an administrator; exactly BOOTSTRAP_CALLS requests, unauthenticated."""
+def load_policies() -> dict[str, dict[str, Any]]:
+    return {purpose: json.loads((POLICY_DIR / f"{purpose}.json").read_text()) for purpose in DEPLOYER_POLICIES}
+
+
+def keys(answer: Mapping[str, Any]) -> dict[str, str]:
+    key = answer["AccessKey"]
+    return {"AWS_ACCESS_KEY_ID": key["AccessKeyId"], "AWS_SECRET_ACCESS_KEY": key["SecretAccessKey"]}
+
+
+def bootstrap(url: str, policies: Mapping[str, Mapping[str, Any]]) -> tuple[dict[str, str], dict[str, str]]:
+    """What docs/deploy.md asks of an administrator once (the deployer with ``policies`` attached as managed
+    policies, the roles' boundary policy) and a moto administrator; exactly bootstrap_calls(len(policies))
+    requests, unauthenticated."""
     anyone = {"AWS_ACCESS_KEY_ID": "bootstrap", "AWS_SECRET_ACCESS_KEY": "bootstrap"}
     iam = client(url, "iam", anyone)
-    users: dict[str, dict[str, str]] = {}
+    iam.create_user(UserName="kokoro-deployer")
+    for purpose, document in policies.items():
+        arn = iam.create_policy(PolicyName=f"{NAME}-deployer-{purpose}", PolicyDocument=json.dumps(document))
+        iam.attach_user_policy(UserName="kokoro-deployer", PolicyArn=arn["Policy"]["Arn"])
+    deployer = keys(iam.create_access_key(UserName="kokoro-deployer"))
     everything = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]}
-    for user, document in (("kokoro-deployer", policy), ("moto-admin", everything)):
-        iam.create_user(UserName=user)
-        iam.put_user_policy(UserName=user, PolicyName="policy", PolicyDocument=json.dumps(document))
-        key = iam.create_access_key(UserName=user)["AccessKey"]
-        users[user] = {"AWS_ACCESS_KEY_ID": key["AccessKeyId"], "AWS_SECRET_ACCESS_KEY": key["SecretAccessKey"]}
-    return users["kokoro-deployer"], users["moto-admin"]
+    iam.create_user(UserName="moto-admin")
+    iam.put_user_policy(UserName="moto-admin", PolicyName="policy", PolicyDocument=json.dumps(everything))
+    admin = keys(iam.create_access_key(UserName="moto-admin"))
+    boundary = (POLICY_DIR / f"{BOUNDARY}.json").read_text()
+    iam.create_policy(PolicyName=f"{NAME}-{BOUNDARY}", PolicyDocument=boundary)
+    return deployer, admin
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -279,6 +299,7 @@ def bucket_policy_lifted(s3_admin: Any, bucket: str) -> Iterator[None]:
 def run_flow(url: str, deployer: dict[str, str], admin: dict[str, str], authorizer: Authorizer, work: Path) -> None:
     import boto3
 
+    from scripts.deploy.account import AccountInputs, check_role_boundary
     from scripts.deploy.ecr import Repository, image_digest
     from scripts.deploy.endpoint import wait_in_service
     from scripts.deploy.permissions import runtime_name
@@ -304,7 +325,11 @@ def run_flow(url: str, deployer: dict[str, str], admin: dict[str, str], authoriz
             region_name=REGION,
         )
         report = Report()
-        check_credentials(REGION, report, session, permissions=True)
+        working = check_credentials(REGION, report, session, permissions=True)
+        if working is not None:
+            # The account check that reads IAM (the others read services moto does not serve): the boundary.
+            inputs = AccountInputs(REGION, "ml.g5.xlarge", 1, 2, "us.amazon.nova-2-lite-v1:0", working[1], "")
+            check_role_boundary(working[0].client("iam"), inputs, report, report.warnings.append)
         if report.problems:
             raise Denied("; ".join(p.what for p in report.problems))
         for line in report.found + report.warnings:
@@ -379,7 +404,7 @@ def run_flow(url: str, deployer: dict[str, str], admin: dict[str, str], authoriz
         as_deployer("sagemaker-runtime").invoke_endpoint(
             EndpointName=endpoint, Body=b"{}", ContentType="application/json", CustomAttributes="health"
         )
-        documents = [_user_policy(url, admin)]
+        documents = _deployer_policies(url, admin)
         account = endpoint_arn.split(":")[4]
         runtime = f"arn:aws:bedrock-agentcore:{REGION}:{account}:runtime/{runtime_name(NAME)}-AbCdE12345"
         standin_calls = [
@@ -411,35 +436,41 @@ def deployer_arn(account: str) -> str:
     return f"arn:aws:iam::{account}:user/kokoro-deployer"
 
 
-def _user_policy(url: str, admin: Mapping[str, str]) -> dict[str, Any]:
-    answer = client(url, "iam", admin).get_user_policy(UserName="kokoro-deployer", PolicyName="policy")
-    document = answer["PolicyDocument"]
-    return json.loads(document) if isinstance(document, str) else dict(document)
+def _deployer_policies(url: str, admin: Mapping[str, str]) -> list[dict[str, Any]]:
+    """The documents attached to the deployer, read back from IAM."""
+    iam = client(url, "iam", admin)
+    documents = []
+    for attached in iam.list_attached_user_policies(UserName="kokoro-deployer")["AttachedPolicies"]:
+        version = iam.get_policy(PolicyArn=attached["PolicyArn"])["Policy"]["DefaultVersionId"]
+        answer = iam.get_policy_version(PolicyArn=attached["PolicyArn"], VersionId=version)
+        document = answer["PolicyVersion"]["Document"]
+        documents.append(json.loads(document) if isinstance(document, str) else dict(document))
+    return documents
 
 
 # --------------------------------------------------------------------------------------------------------------
 # The commands
 
 
-def without(policy: dict[str, Any], sids: list[str]) -> dict[str, Any]:
-    unknown = set(sids) - {s.get("Sid") for s in policy["Statement"]}
+def without(policies: dict[str, dict[str, Any]], sids: list[str]) -> dict[str, dict[str, Any]]:
+    unknown = set(sids) - {s.get("Sid") for p in policies.values() for s in p["Statement"]}
     if unknown:
-        raise SystemExit(f"no statement {', '.join(sorted(unknown))} in {POLICY.relative_to(REPO)}")
-    return {**policy, "Statement": [s for s in policy["Statement"] if s.get("Sid") not in sids]}
+        raise SystemExit(f"no statement {', '.join(sorted(unknown))} in {POLICY_DIR.relative_to(REPO)}")
+    return {k: {**p, "Statement": [s for s in p["Statement"] if s.get("Sid") not in sids]} for k, p in policies.items()}
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    os.environ["INITIAL_NO_AUTH_ACTION_COUNT"] = str(BOOTSTRAP_CALLS)  # before anything imports moto
-    policy = without(json.loads(POLICY.read_text()), args.without)
+    policies = without(load_policies(), args.without)
+    os.environ["INITIAL_NO_AUTH_ACTION_COUNT"] = str(bootstrap_calls(len(policies)))  # before anything imports moto
     if args.without:
         log(f"policy without {', '.join(args.without)}")
     log_path = Path(args.log)
     log_path.unlink(missing_ok=True)
     authorizer = Authorizer(log_path)
     started = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="enforced-flow-") as tmp, moto_server(authorizer) as url:
+    with tempfile.TemporaryDirectory(prefix="enforced-flow-") as tmp, moto_server(authorizer, bootstrap_calls(len(policies))) as url:
         log("== bootstrap")
-        deployer, admin = bootstrap(url, policy)
+        deployer, admin = bootstrap(url, policies)
         try:
             run_flow(url, deployer, admin, authorizer, Path(tmp))
         except Denied as e:
@@ -450,20 +481,22 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
-def needs(decisions: list[Decision], policy: dict[str, Any]) -> dict[str, list[Decision]]:
-    """For each statement, the deployer's calls that nothing else in the policy allows."""
+def needs(decisions: list[Decision], policies: dict[str, dict[str, Any]]) -> dict[str, list[Decision]]:
+    """For each Allow statement, the deployer's calls that nothing else in the policies allows."""
     mine = [d for d in decisions if d.principal.endswith("user/kokoro-deployer") and d.allowed_by]
     result: dict[str, list[Decision]] = {}
-    for statement in policy["Statement"]:
-        rest = without(policy, [statement["Sid"]])
-        result[statement["Sid"]] = [d for d in mine if evaluate([rest], Call(d.action, d.resource, d.context)) is None]
+    for policy in policies.values():
+        for statement in policy["Statement"]:
+            if statement["Effect"] != "Allow":
+                continue
+            rest = list(without(policies, [statement["Sid"]]).values())
+            result[statement["Sid"]] = [d for d in mine if evaluate(rest, Call(d.action, d.resource, d.context)) is None]
     return result
 
 
 def cmd_needs(args: argparse.Namespace) -> int:
-    policy = json.loads(POLICY.read_text())
     failed = False
-    for sid, calls in needs(load_decisions(Path(args.log)), policy).items():
+    for sid, calls in needs(load_decisions(Path(args.log)), load_policies()).items():
         if calls:
             first = calls[0]
             via = f" (implied by {first.implied_by})" if first.implied_by else ""
@@ -476,6 +509,84 @@ def cmd_needs(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+# The deployer's attempts to get a role out of the boundary: (what, the call, refused?). The one allowed attempt
+# shows that the refusals are the conditions', not an authorizer that refuses everything.
+OTHER_BOUNDARY = "arn:aws:iam::aws:policy/AdministratorAccess"
+TRUST = json.dumps(
+    {
+        "Version": "2012-10-17",
+        "Statement": [{"Effect": "Allow", "Principal": {"Service": "sagemaker.amazonaws.com"}, "Action": "sts:AssumeRole"}],
+    }
+)
+EVERYTHING = json.dumps({"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]})
+
+
+def escalation_attempts(iam: Any, boundary: str) -> list[tuple[str, Callable[[], Any], bool]]:
+    role = f"{NAME}-escalation"
+    return [
+        ("create a role without a boundary", lambda: iam.create_role(RoleName=role, AssumeRolePolicyDocument=TRUST), True),
+        (
+            "create a role with another boundary",
+            lambda: iam.create_role(RoleName=role, AssumeRolePolicyDocument=TRUST, PermissionsBoundary=OTHER_BOUNDARY),
+            True,
+        ),
+        (
+            "create a role with the project's boundary",
+            lambda: iam.create_role(RoleName=role, AssumeRolePolicyDocument=TRUST, PermissionsBoundary=boundary),
+            False,
+        ),
+        (
+            "give it * on * (the boundary still caps it)",
+            lambda: iam.put_role_policy(RoleName=role, PolicyName="all", PolicyDocument=EVERYTHING),
+            False,
+        ),
+        ("remove the role's boundary", lambda: iam.delete_role_permissions_boundary(RoleName=role), True),
+        (
+            "replace the role's boundary",
+            lambda: iam.put_role_permissions_boundary(RoleName=role, PermissionsBoundary=OTHER_BOUNDARY),
+            True,
+        ),
+        (
+            "widen the boundary policy",
+            lambda: iam.create_policy_version(PolicyArn=boundary, PolicyDocument=EVERYTHING, SetAsDefault=True),
+            True,
+        ),
+        ("delete the boundary policy", lambda: iam.delete_policy(PolicyArn=boundary), True),
+    ]
+
+
+def cmd_escalation(args: argparse.Namespace) -> int:
+    from botocore.exceptions import ClientError
+
+    policies = load_policies()
+    for i, extra in enumerate(args.extra_policy):
+        policies[f"extra-{i}"] = json.loads(extra)
+    os.environ["INITIAL_NO_AUTH_ACTION_COUNT"] = str(bootstrap_calls(len(policies)))  # before anything imports moto
+    failures = []
+    with moto_server(Authorizer(), bootstrap_calls(len(policies))) as url:
+        deployer, admin = bootstrap(url, policies)
+        account = client(url, "sts", admin).get_caller_identity()["Account"]
+        boundary = f"arn:aws:iam::{account}:policy/{NAME}-{BOUNDARY}"
+        for what, attempt, should_refuse in escalation_attempts(client(url, "iam", deployer), boundary):
+            note = ""
+            try:
+                attempt()
+                refused = False
+            except ClientError as e:
+                # Anything but a refusal means IAM let the call through (the service may still say no).
+                refused = e.response["Error"]["Code"] in ("AccessDenied", "AccessDeniedException")
+                note = "" if refused else f" (then {e.response['Error']['Code']})"
+            verdict = "refused" if refused else "allowed"
+            log(f"  {verdict}: {what}{note}")
+            if refused != should_refuse:
+                failures.append(what)
+    if failures:
+        log(f"FAIL: {'; '.join(failures)}")
+        return 1
+    log("PASS: the deployer cannot create a role without the boundary, nor remove, replace or widen it")
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -486,6 +597,11 @@ def main() -> int:
     need = sub.add_parser("needs")
     need.add_argument("--log", required=True)
     need.set_defaults(func=cmd_needs)
+    escalation = sub.add_parser("escalation")
+    escalation.add_argument(
+        "--extra-policy", action="append", default=[], metavar="JSON", help="also attach this policy to the deployer"
+    )
+    escalation.set_defaults(func=cmd_escalation)
     args = parser.parse_args()
     code: int = args.func(args)
     return code

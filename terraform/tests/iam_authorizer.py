@@ -9,7 +9,8 @@ finds the caller's policies; the request's resource ARNs and condition context a
 Allow whose Action, Resource and Condition all match).
 
 Some permissions AWS checks are not API calls of their own: iam:PassRole when CreateModel names a role, what
-CloudFormation does to an AgentCore runtime in the caller's name, the KMS calls S3 makes for an SSE-KMS object.
+CloudFormation's registry handlers do to an AgentCore runtime in the caller's name and Application Auto Scaling's
+checks of the caller (both from AWS's tables, aws_tables.py), the KMS calls S3 makes for an SSE-KMS object.
 ``requested`` adds those as implied calls, so the policy is held to them too. Every decision is kept in
 ``Authorizer.decisions`` (and appended to a JSON-lines log), so a run can be re-evaluated without one statement.
 """
@@ -24,6 +25,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
+
+from aws_tables import CHECKED_OPERATIONS, scaling_permissions, stack_permissions
 
 # Signing names that differ from the IAM service prefix.
 IAM_PREFIX = {"monitoring": "cloudwatch"}
@@ -60,9 +63,6 @@ S3_ACTIONS = {
     "DeleteObjects": "DeleteObject",
     "GetObjectAttributes": "GetObject",
 }
-RUNTIME_TYPE = "AWS::BedrockAgentCore::Runtime"
-RUNTIME_IDENTITY_SERVICE = "runtime-identity.bedrock-agentcore.amazonaws.com"
-RUNTIME_IDENTITY_ROLE = "AWSServiceRoleForBedrockAgentCoreRuntimeIdentity"
 
 
 @dataclass(frozen=True)
@@ -194,6 +194,15 @@ class _Moto:
         except Exception:
             return f"arn:aws:iam::{self.account}:role/{name}"
 
+    def role_boundary(self, name: str) -> str | None:
+        from moto.iam.models import iam_backends
+
+        try:
+            boundary = iam_backends[self.account]["aws"].get_role(name).permissions_boundary_arn
+        except Exception:
+            return None
+        return str(boundary) if boundary else None
+
     def stack_arn(self, name_or_id: str) -> str:
         if name_or_id.startswith("arn:"):
             return name_or_id
@@ -212,43 +221,14 @@ class _Moto:
         return None if stack is None else str(stack.template)
 
 
-def _runtime_calls(template: str | None, operation: str, region: str, account: str, stack: str) -> list[Call]:
-    """What CloudFormation asks of AgentCore for each runtime in a template, with the caller's permissions."""
+def _stack_calls(template: str | None, operation: str, region: str, account: str, stack: str) -> list[Call]:
+    """What CloudFormation's registry handlers ask of the caller for the template's resources (aws_tables.py)."""
     try:
-        resources = json.loads(template or "{}").get("Resources", {})
+        parsed = json.loads(template or "{}")
     except ValueError:
         return []
-    calls: list[Call] = []
-    for resource in resources.values():
-        if resource.get("Type") != RUNTIME_TYPE:
-            continue
-        properties = resource.get("Properties", {})
-        # The runtime's id is <name>-<10 random characters>.
-        runtime = (
-            f"arn:aws:bedrock-agentcore:{region}:{account}:runtime/{properties.get('AgentRuntimeName')}-AbCdE12345"
-        )
-        via = f"cloudformation:{operation} {stack}"
-        if operation in ("CreateStack", "UpdateStack"):
-            calls.append(
-                Call(
-                    "iam:PassRole",
-                    str(properties.get("RoleArn")),
-                    {"iam:PassedToService": "bedrock-agentcore.amazonaws.com"},
-                    via,
-                )
-            )
-        if operation == "CreateStack":
-            calls.append(Call("bedrock-agentcore:CreateAgentRuntime", "*", {}, via))
-            # A fresh account's first runtime creates the runtime identity's service-linked role.
-            role = f"arn:aws:iam::{account}:role/aws-service-role/{RUNTIME_IDENTITY_SERVICE}/{RUNTIME_IDENTITY_ROLE}"
-            calls.append(
-                Call("iam:CreateServiceLinkedRole", role, {"iam:AWSServiceName": RUNTIME_IDENTITY_SERVICE}, via)
-            )
-        elif operation == "UpdateStack":
-            calls.append(Call("bedrock-agentcore:UpdateAgentRuntime", runtime, {}, via))
-        elif operation == "DeleteStack":
-            calls.append(Call("bedrock-agentcore:DeleteAgentRuntime", runtime, {}, via))
-    return calls
+    via = f"cloudformation:{operation} {stack}"
+    return [Call(a, r, c, via) for a, r, c in stack_permissions(parsed, operation, region, account)]
 
 
 def requested(response: Any, service: str, operation: str, moto_resource: str) -> list[Call]:
@@ -281,6 +261,17 @@ def requested(response: Any, service: str, operation: str, moto_resource: str) -
             name = str(_param(response, "RoleName"))
             path = str(_param(response, "Path") or "/") if operation == "CreateRole" else None
             resources = [f"arn:aws:iam::{account}:role{path}{name}" if path else moto.role_arn(name)]
+            # iam:PermissionsBoundary: the boundary requested (CreateRole, PutRolePermissionsBoundary), else the
+            # role's own (IAM's condition key table); absent when there is none, so a condition on it fails.
+            requested_boundary = _param(response, "PermissionsBoundary")
+            if operation in ("CreateRole", "PutRolePermissionsBoundary"):
+                boundary = str(requested_boundary) if requested_boundary else None
+            else:
+                boundary = moto.role_boundary(name)
+            if boundary:
+                context["iam:PermissionsBoundary"] = boundary
+        elif _param(response, "PolicyArn"):
+            resources = [str(_param(response, "PolicyArn"))]
     elif prefix == "ecr":
         single = _param(response, "repositoryName")
         names = _param(response, "repositoryNames") or ([single] if single else [])
@@ -339,13 +330,17 @@ def requested(response: Any, service: str, operation: str, moto_resource: str) -
                 template = moto.stack_template(arn)
             else:
                 template = None
-            implied.extend(_runtime_calls(template, operation, region, account, str(stack)))
+            implied.extend(_stack_calls(template, operation, region, account, str(stack)))
     elif prefix == "application-autoscaling":
         namespace = _param(response, "ServiceNamespace")
         if namespace:
             context["application-autoscaling:service-namespace"] = str(namespace)
         if _param(response, "ResourceARN"):
             resources = [str(_param(response, "ResourceARN"))]
+        resource_id = _param(response, "ResourceId")
+        if namespace == "sagemaker" and operation in CHECKED_OPERATIONS and resource_id:
+            via = f"{action} {resource_id}"
+            implied.extend(Call(a, r, c, via) for a, r, c in scaling_permissions(str(resource_id), region, account))
 
     calls = [Call(action, r, context) for r in (resources or ["*"])]
     return calls + implied

@@ -15,6 +15,8 @@ from support.deploy_harness import MODEL_ID, account_env, clean_env, credentials
 
 from scripts.servers import free_port
 
+REPO = Path(__file__).resolve().parents[2]
+
 
 @pytest.fixture(scope="module")
 def torch_layout(tmp_path_factory: pytest.TempPathFactory) -> Path:
@@ -41,8 +43,16 @@ def account_url() -> Iterator[str]:
 
 @pytest.fixture
 def moto_url(moto_server: str) -> str:
-    """The moto server, emptied."""
+    """The moto server, emptied, holding what an administrator creates once before the first deploy: the roles'
+    permissions boundary (docs/deploy.md, Permissions), which the preflight reads."""
+    import boto3
+
     urllib.request.urlopen(urllib.request.Request(f"{moto_server}/moto-api/reset", method="POST"), timeout=10)
+    iam = boto3.client(
+        "iam", endpoint_url=moto_server, region_name="us-east-1", aws_access_key_id="x", aws_secret_access_key="x"
+    )
+    boundary = (REPO / "docs" / "deployer-policy" / "role-boundary.json").read_text()
+    iam.create_policy(PolicyName="kokoro-tts-role-boundary", PolicyDocument=boundary)
     return moto_server
 
 

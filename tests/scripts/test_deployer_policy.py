@@ -1,11 +1,13 @@
-"""The deployer policy (docs/deployer-policy.json) linted against IAM's own action table, as policy_sentry ships it
-(access level and resource types of every action, from the Service Authorization Reference):
+"""The deployer policies and the roles' boundary (docs/deployer-policy/*.json) linted against IAM's own action
+table, as policy_sentry ships it (access level and resource types of every action, from the Service Authorization
+Reference), and sized as IAM counts a managed policy:
 
 - no permissions-management action on "*", and no write or tagging action on "*" unless IAM authorizes the action
   on "*" only or the statement narrows it with a condition;
 - every scoped action has a resource of a type it is authorized on (a pattern of another type would deny the
   call in AWS, whatever moto does);
-- an action IAM authorizes on "*" only is not scoped.
+- an action IAM authorizes on "*" only is not scoped;
+- each file fits one managed policy (6,144 characters without whitespace).
 """
 
 from __future__ import annotations
@@ -19,12 +21,13 @@ from typing import Any
 import pytest
 from policy_sentry.querying.actions import get_action_data
 
-from scripts.deploy.permissions import policy_document
+from scripts.deploy.permissions import MANAGED_POLICY_CHARS, boundary_document, iam_size, policy_documents
 
 REPO = Path(__file__).resolve().parents[2]
 GRANTING_LEVELS = ("Write", "Tagging", "Permissions management")
 # Actions newer than policy_sentry's table, read as the sibling IAM documents alike (the same endpoint resource).
 NEWER_THAN_THE_TABLE = {"sagemaker:InvokeEndpointWithBidirectionalStream": "sagemaker:InvokeEndpointWithResponseStream"}
+POLICY_FILES = sorted((REPO / "docs" / "deployer-policy").glob("*.json"))
 
 
 @cache
@@ -68,9 +71,23 @@ def lint(document: dict[str, Any]) -> list[str]:
     return problems
 
 
-def test_the_committed_policy_passes_the_lint() -> None:
-    committed = json.loads((REPO / "docs" / "deployer-policy.json").read_text())
-    assert lint(committed) == []
+@pytest.mark.parametrize("path", POLICY_FILES, ids=lambda p: p.name)
+def test_the_committed_policy_passes_the_lint(path: Path) -> None:
+    assert lint(json.loads(path.read_text())) == []
+
+
+@pytest.mark.parametrize("path", POLICY_FILES, ids=lambda p: p.name)
+def test_each_policy_fits_a_managed_policy(path: Path) -> None:
+    # IAM's quota counts the document without whitespace; the files are indented for reading.
+    text = path.read_text()
+    assert iam_size(text) <= MANAGED_POLICY_CHARS
+    assert iam_size(text) == len(json.dumps(json.loads(text), separators=(",", ":")).replace(" ", ""))
+
+
+def test_the_size_counts_as_iam_does() -> None:
+    assert iam_size('{\n  "Version": "2012-10-17"\n}\n') == len('{"Version":"2012-10-17"}')
+    big = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": f"s3:A{i}"} for i in range(400)]}
+    assert iam_size(json.dumps(big, indent=2)) > MANAGED_POLICY_CHARS
 
 
 @pytest.mark.parametrize(
@@ -120,7 +137,8 @@ def test_the_lint_finds_privilege_granting_actions_on_star(statement: dict[str, 
 
 
 def test_the_policy_for_another_name_is_scoped_to_that_name() -> None:
-    document = policy_document("acme-voice")
-    assert lint(document) == []
-    text = json.dumps(document)
+    documents = [*policy_documents("acme-voice").values(), boundary_document("acme-voice")]
+    assert all(lint(d) == [] for d in documents)
+    text = json.dumps(documents)
     assert "kokoro" not in text and "acme-voice-weights-*" in text and "acme_voice_agent-*" in text
+    assert "policy/acme-voice-role-boundary" in text

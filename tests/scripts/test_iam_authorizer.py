@@ -6,6 +6,7 @@ on every resource allows: the refusals are the policy's scoping, not the evaluat
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -23,10 +24,15 @@ ADMIN_ROLE = f"arn:aws:iam::{ACCOUNT}:role/OrganizationAccountAccessRole"
 ENDPOINT = f"arn:aws:sagemaker:us-east-1:{ACCOUNT}:endpoint/kokoro-tts"
 KEY = f"arn:aws:kms:us-east-1:{ACCOUNT}:key/1234abcd-12ab-34cd-56ef-1234567890ab"
 PROJECT_TAG = {"aws:ResourceTag/Project": "kokoro-tts"}
+BOUNDED = {"iam:PermissionsBoundary": f"arn:aws:iam::{ACCOUNT}:policy/kokoro-tts-role-boundary"}
 
 
 def committed() -> dict[str, Any]:
-    return dict(json.loads((REPO / "docs" / "deployer-policy.json").read_text()))
+    """The three deployer policies as one document (IAM evaluates the union of what is attached)."""
+    statements = []
+    for purpose in ("images-and-weights", "roles", "deployment"):
+        statements += json.loads((REPO / "docs" / "deployer-policy" / f"{purpose}.json").read_text())["Statement"]
+    return {"Version": "2012-10-17", "Statement": statements}
 
 
 def unscoped_policy() -> dict[str, Any]:
@@ -59,7 +65,10 @@ def unscoped_policy() -> dict[str, Any]:
 
 # (call, allowed by the committed policy)
 CALLS = [
-    (Call("iam:PutRolePolicy", ROLE), True),
+    (Call("iam:PutRolePolicy", ROLE, BOUNDED), True),
+    (Call("iam:PutRolePolicy", ROLE), False),  # a kokoro-tts-* role without the boundary is not the deployer's
+    (Call("iam:CreateRole", ROLE, {"iam:PermissionsBoundary": f"arn:aws:iam::{ACCOUNT}:policy/other"}), False),
+    (Call("iam:DeleteRolePermissionsBoundary", ROLE, BOUNDED), False),
     (Call("iam:PutRolePolicy", ADMIN_ROLE), False),
     (Call("iam:UpdateAssumeRolePolicy", ADMIN_ROLE), False),
     (Call("iam:PassRole", ROLE, {"iam:PassedToService": "sagemaker.amazonaws.com"}), True),
@@ -132,10 +141,55 @@ def test_needs_names_the_statement_a_recorded_call_depends_on() -> None:
 
     principal = f"arn:aws:iam::{ACCOUNT}:user/kokoro-deployer"
     recorded = [
-        Decision(principal, "iam:PutRolePolicy", ROLE, {}, "Roles"),
+        Decision(principal, "iam:PutRolePolicy", ROLE, BOUNDED, "RolesWithBoundary"),
         Decision(principal, "kms:ScheduleKeyDeletion", KEY, PROJECT_TAG, "WeightKey"),
     ]
-    found = needs(recorded, committed())
-    assert [d.action for d in found["Roles"]] == ["iam:PutRolePolicy"]
+    found = needs(recorded, {"all": committed()})
+    assert [d.action for d in found["RolesWithBoundary"]] == ["iam:PutRolePolicy"]
     assert [d.action for d in found["WeightKey"]] == ["kms:ScheduleKeyDeletion"]
     assert found["Ecr"] == []
+
+
+FLOW = REPO / "terraform" / "tests" / "enforced_flow.py"
+# What a deployer policy without the boundary condition would allow (the Roles statement before the boundary).
+UNBOUNDED_ROLES = {
+    "Version": "2012-10-17",
+    "Statement": [
+        {
+            "Effect": "Allow",
+            "Action": ["iam:CreateRole", "iam:DeleteRolePermissionsBoundary", "iam:PutRolePolicy"],
+            "Resource": "arn:aws:iam::*:role/kokoro-tts-*",
+        }
+    ],
+}
+
+
+def escalation(*args: str) -> subprocess.CompletedProcess[str]:
+    """The deployer's attempts to get a role out of the boundary, against moto with IAM enforced (a few seconds)."""
+    return subprocess.run(
+        [sys.executable, str(FLOW), "escalation", *args], capture_output=True, text=True, timeout=120, cwd=REPO
+    )
+
+
+def test_the_deployer_cannot_escape_the_role_boundary() -> None:
+    result = escalation()
+    assert result.returncode == 0, result.stdout + result.stderr
+    lines = result.stdout.splitlines()
+    for refused in (
+        "create a role without a boundary",
+        "create a role with another boundary",
+        "remove the role's boundary",
+        "replace the role's boundary",
+        "widen the boundary policy",
+        "delete the boundary policy",
+    ):
+        assert f"  refused: {refused}" in lines
+    assert "  allowed: create a role with the project's boundary" in lines
+
+
+def test_the_escalation_check_fails_for_a_policy_without_the_boundary_condition() -> None:
+    result = escalation("--extra-policy", json.dumps(UNBOUNDED_ROLES))
+    assert result.returncode == 1
+    assert "  allowed: create a role without a boundary" in result.stdout.splitlines()
+    # The explicit Deny holds whatever else is attached.
+    assert "  refused: remove the role's boundary" in result.stdout.splitlines()

@@ -60,6 +60,9 @@ def cloud(moto_server: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[Cloud]:
             iam.create_role(
                 RoleName=role, Path=f"/aws-service-role/{service}/", AssumeRolePolicyDocument=json.dumps(trust)
             )
+        # What an administrator creates once (docs/deploy.md, Permissions).
+        boundary = (REPO / "docs" / "deployer-policy" / "role-boundary.json").read_text()
+        iam.create_policy(PolicyName="kokoro-tts-role-boundary", PolicyDocument=boundary)
         yield Cloud(account, env)
 
 
@@ -80,7 +83,10 @@ def account_problems(report: Report) -> list[str]:
     one line and its one fix line."""
     lines = []
     for problem in report.problems:
-        if any(word in problem.what for word in ("quota", "BEDROCK_MODEL_ID", "AgentCore", "bidirectional", "linked")):
+        if any(
+            word in problem.what
+            for word in ("quota", "BEDROCK_MODEL_ID", "AgentCore", "bidirectional", "linked", "boundary")
+        ):
             assert "\n" not in problem.fix, f"the fix must be one line: {problem.fix!r}"
             lines.append(f"{problem.what} | {problem.fix}")
     return lines
@@ -141,3 +147,15 @@ def test_every_gap_in_one_message_bidirectional_streaming_too(cloud: Cloud) -> N
     lines = account_problems(preflight(cloud, model="us.anthropic.claude-3-5-haiku-20241022-v1:0"))
     assert len(lines) == 3, lines
     assert any("bidirectional streaming does not answer" in line for line in lines)
+
+
+def test_an_account_without_the_role_boundary_is_refused(cloud: Cloud) -> None:
+    iam = boto3.client("iam", region_name=REGION)
+    [policy] = [
+        p for p in iam.list_policies(Scope="Local")["Policies"] if p["PolicyName"] == "kokoro-tts-role-boundary"
+    ]
+    iam.delete_policy(PolicyArn=policy["Arn"])
+    [line] = account_problems(preflight(cloud))
+    assert f"the roles' permissions boundary {policy['Arn']} does not exist" in line
+    assert "aws iam create-policy --policy-name kokoro-tts-role-boundary" in line
+    assert "file://docs/deployer-policy/role-boundary.json" in line

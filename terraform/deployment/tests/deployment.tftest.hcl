@@ -149,6 +149,15 @@ run "apply_roles_and_runtime" {
     error_message = "Resource \"*\" is only for ecr:GetAuthorizationToken, X-Ray and PutMetricData (no Marketplace for an Amazon model)."
   }
 
+  # Every role the deployment creates carries the boundary an administrator created once (docs/deploy.md).
+  assert {
+    condition = module.iam.permissions_boundaries == {
+      "kokoro-tts-sagemaker" = "arn:aws:iam::123456789012:policy/kokoro-tts-role-boundary"
+      "kokoro-tts-agentcore" = "arn:aws:iam::123456789012:policy/kokoro-tts-role-boundary"
+    }
+    error_message = "Both roles must carry the kokoro-tts-role-boundary permissions boundary."
+  }
+
   # AgentCore's and SageMaker's execution-role templates: what the ADOT exporter and the container's metrics call.
   assert {
     condition = alltrue([

@@ -36,3 +36,11 @@ output "endpoint_arn" {
   description = "ARN of the endpoint the agent role may invoke, built from endpoint_name."
   value       = local.endpoint_arn
 }
+
+output "permissions_boundaries" {
+  description = "Permissions boundary of each role, by role name (null where a role has none)."
+  value = {
+    (aws_iam_role.sagemaker.name)     = aws_iam_role.sagemaker.permissions_boundary
+    (aws_iam_role.agent_runtime.name) = aws_iam_role.agent_runtime.permissions_boundary
+  }
+}

@@ -72,7 +72,7 @@ variable "metrics_namespace" {
 }
 
 variable "permissions_boundary_arn" {
-  description = "Permissions boundary for both roles, where the account requires one."
+  description = "Permissions boundary for both roles (the deployment root passes <name>-role-boundary, docs/deploy.md)."
   type        = string
   default     = null
 }
