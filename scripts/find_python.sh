@@ -4,7 +4,9 @@
 set -euo pipefail
 if command -v pyenv >/dev/null 2>&1; then
   root=$(pyenv root)
-  for candidate in $(ls -d "$root"/versions/3.12.* 2>/dev/null | sort -V -r); do
+  # Newest patch release first (a numeric sort of the third field: BSD and GNU sort alike).
+  for version in $(ls "$root/versions" 2>/dev/null | grep '^3\.12\.' | sort -t. -k3,3nr); do
+    candidate=$root/versions/$version
     if [ -x "$candidate/bin/python3.12" ]; then echo "$candidate/bin/python3.12"; exit 0; fi
   done
 fi

@@ -17,8 +17,10 @@
 # an autoscaled variant whose instance type changes is deregistered first; a running endpoint's live instance
 # count is kept) → wait for InService → smoke tests of the endpoint and of the agent runtime.
 # Every step is idempotent: after a failure, fix the cause and run it again.
+#
+# bash 3.2 (macOS's /bin/bash) and BSD tools suffice (docs/deploy.md): each $(...) here runs one command, whose
+# failure is the assignment's and so stops the script; a function run inside $(...) checks its own steps.
 set -euo pipefail
-shopt -s inherit_errexit # a failing command inside $(...) fails the script too
 
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$REPO"
@@ -85,14 +87,14 @@ build_push() { # REPOSITORY_URL PLATFORM DOCKERFILE TAG [--build-arg K=V ...]
   elif [ $rc -eq 3 ]; then
     # FROM the base image by the digest its tag points to now: recorded here and in the image's OCI labels.
     local base
-    base=$(deploy_py base-image --dockerfile "$dockerfile")
+    base=$(deploy_py base-image --dockerfile "$dockerfile") || return 1
     echo "  building $repo:$tag for $platform from $dockerfile, FROM $base" >&2
     # One platform, no attestations: a plain image manifest, which SageMaker and AgentCore accept.
     docker buildx build --platform "$platform" -f "$dockerfile" -t "$repo:$tag" "$@" \
       --build-arg "PYTHON_DIGEST=${base##*@}" \
       --label "org.opencontainers.image.base.name=${base%@*}" \
       --label "org.opencontainers.image.base.digest=${base##*@}" \
-      --provenance=false --sbom=false --push . >&2
+      --provenance=false --sbom=false --push . >&2 || return 1
     digest=$(deploy_py image-digest --repository-url "$repo" --tag "$tag") || {
       echo "deploy: $repo:$tag is not in ECR after the push" >&2
       return 1
@@ -111,17 +113,17 @@ echo "  agent image: $AGENT_IMAGE"
 # ---------------------------------------------------------------------------------------------------------------
 step "deployment: terraform apply (roles, AgentCore runtime, then the endpoint and its autoscaling)"
 tf_init deployment
-previous=()
+previous=
 if tf_has_resources deployment; then
   # SageMaker refuses to change the instance type of an autoscaled variant: deregister it first; the apply
   # registers it again after the update (scripts/deploy/scaling.py).
   tf deployment output -json >"$WORK/previous.json"
   deploy_py release-scaling --deployment-outputs "$WORK/previous.json" --instance-type "$INSTANCE_TYPE"
   # The provider's UpdateEndpoint resets the variant to the configuration's count: give it the live one.
-  previous=(--previous-outputs "$WORK/previous.json")
+  previous=$WORK/previous.json
 fi
 deploy_py tfvars --shared-outputs "$WORK/shared.json" --tts-image "$TTS_IMAGE" --agent-image "$AGENT_IMAGE" \
-  --out "$DEPLOYMENT_VARS" "${previous[@]}"
+  --out "$DEPLOYMENT_VARS" ${previous:+--previous-outputs "$previous"}
 tf deployment apply -input=false -auto-approve -no-color "-var-file=$VAR_FILE"
 tf deployment output -json >"$WORK/deployment.json"
 
