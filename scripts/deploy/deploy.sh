@@ -10,6 +10,7 @@
 #   WAIT_TIMEOUT_S, WAIT_POLL_S   the wait for InService (default 3600 / 30)
 #   SMOKE_ENDPOINT_URI     the runtime endpoint for the smoke test (a VPC endpoint); default the regional one
 #   SKIP_SMOKE=1           no smoke tests
+#   IAM_WAIT_S             the pause before applying again when AgentCore has not seen the new role yet (30)
 #
 # Steps: preflight (changes nothing; lists every gap at once, the account's quota, model and region included)
 # → terraform/shared → weights to S3 → both images (docker buildx FROM the base image's digest, pushed, taken by
@@ -124,7 +125,19 @@ if tf_has_resources deployment; then
 fi
 deploy_py tfvars --shared-outputs "$WORK/shared.json" --tts-image "$TTS_IMAGE" --agent-image "$AGENT_IMAGE" \
   --out "$DEPLOYMENT_VARS" ${previous:+--previous-outputs "$previous"}
-tf deployment apply -input=false -auto-approve -no-color "-var-file=$VAR_FILE"
+# AgentCore assumes the runtime's role during CreateAgentRuntime, seconds after Terraform created the role and its
+# policy. Before IAM has propagated them it answers "Role validation failed" or "Access denied while validating ECR
+# URI" (the AWS provider's own runtime resource retries on exactly these two), the runtime's stack rolls back and
+# the apply stops before the endpoint, so nothing bills. One more apply after a pause finds the role in place.
+apply_deployment() {
+  tf deployment apply -input=false -auto-approve -no-color "-var-file=$VAR_FILE" 2>&1 | tee "$WORK/apply.log"
+}
+if ! apply_deployment; then
+  grep -q -e "Role validation failed" -e "Access denied while validating ECR URI" "$WORK/apply.log" || exit 1
+  echo "  AgentCore did not see the runtime's new role yet (IAM propagation): applying again in ${IAM_WAIT_S:-30} s"
+  sleep "${IAM_WAIT_S:-30}"
+  apply_deployment
+fi
 tf deployment output -json >"$WORK/deployment.json"
 
 # ---------------------------------------------------------------------------------------------------------------

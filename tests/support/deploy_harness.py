@@ -36,7 +36,10 @@ DIGEST_B = "sha256:" + "b" * 64
 BASE = "python:3.12-slim-bookworm"  # both Dockerfiles' base image
 BASE_DIGEST = "sha256:" + hashlib.sha256(BASE.encode()).hexdigest()  # what the fake docker's registry answers
 # What the deploy scripts run besides terraform, docker and python (a PATH made of exactly these).
-BASIC_TOOLS = ("bash", "env", "dirname", "basename", "mktemp", "rm", "cat", "ls", "find", "sort", "mkdir", "grep")
+BASIC_TOOLS = (
+    *("bash", "env", "dirname", "basename", "mktemp", "rm", "cat", "ls", "find", "sort", "mkdir", "grep", "tee"),
+    "sleep",
+)
 
 
 def tool_dir(tmp_path: Path, *, basics: bool = True, git: bool = True, fakes: Iterable[str] = ()) -> Path:
