@@ -148,6 +148,7 @@ def cmd_base_image(args: argparse.Namespace) -> int:
 
 
 def cmd_tfvars(args: argparse.Namespace) -> int:
+    from .gpu_slots import GPU_RESULTS, measured_gpu_slots
     from .tfvars import (
         SHARED_OUTPUTS,
         DeploymentSettings,
@@ -163,14 +164,18 @@ def cmd_tfvars(args: argparse.Namespace) -> int:
         _err("; ".join(problems))
         return 1
     live = _live_instances(args.previous_outputs) if args.previous_outputs else None
+    gpu_slots = measured_gpu_slots(REPO / GPU_RESULTS)
     settings = DeploymentSettings(
         bedrock_model_id=args.bedrock_model_id,
         instance_type=args.instance_type,
         min_instances=int(args.min_instances),
         max_instances=int(args.max_instances),
         live_instances=live,
+        gpu_slots=gpu_slots,
     )
     variables = deployment_variables(shared, args.tts_image, args.agent_image, settings)
+    if "gpu_stream_slots" in variables:
+        print(f"  autoscaling from {variables['gpu_stream_slots']['source']}")
     if live is not None:
         print(
             f"  the endpoint runs {live} instance(s) now: a new configuration starts with "

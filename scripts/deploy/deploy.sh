@@ -10,6 +10,7 @@
 #   WAIT_TIMEOUT_S, WAIT_POLL_S   the wait for InService (default 3600 / 30)
 #   SMOKE_ENDPOINT_URI     the runtime endpoint for the smoke test (a VPC endpoint); default the regional one
 #   SKIP_SMOKE=1           no smoke tests
+#   IAM_WAIT_S             the pause before applying again when AgentCore has not seen the new role yet (30)
 #
 # Steps: preflight (changes nothing; lists every gap at once, the account's quota, model and region included)
 # → terraform/shared → weights to S3 → both images (docker buildx FROM the base image's digest, pushed, taken by
@@ -17,8 +18,10 @@
 # an autoscaled variant whose instance type changes is deregistered first; a running endpoint's live instance
 # count is kept) → wait for InService → smoke tests of the endpoint and of the agent runtime.
 # Every step is idempotent: after a failure, fix the cause and run it again.
+#
+# bash 3.2 (macOS's /bin/bash) and BSD tools suffice (docs/deploy.md): each $(...) here runs one command, whose
+# failure is the assignment's and so stops the script; a function run inside $(...) checks its own steps.
 set -euo pipefail
-shopt -s inherit_errexit # a failing command inside $(...) fails the script too
 
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$REPO"
@@ -85,14 +88,14 @@ build_push() { # REPOSITORY_URL PLATFORM DOCKERFILE TAG [--build-arg K=V ...]
   elif [ $rc -eq 3 ]; then
     # FROM the base image by the digest its tag points to now: recorded here and in the image's OCI labels.
     local base
-    base=$(deploy_py base-image --dockerfile "$dockerfile")
+    base=$(deploy_py base-image --dockerfile "$dockerfile") || return 1
     echo "  building $repo:$tag for $platform from $dockerfile, FROM $base" >&2
     # One platform, no attestations: a plain image manifest, which SageMaker and AgentCore accept.
     docker buildx build --platform "$platform" -f "$dockerfile" -t "$repo:$tag" "$@" \
       --build-arg "PYTHON_DIGEST=${base##*@}" \
       --label "org.opencontainers.image.base.name=${base%@*}" \
       --label "org.opencontainers.image.base.digest=${base##*@}" \
-      --provenance=false --sbom=false --push . >&2
+      --provenance=false --sbom=false --push . >&2 || return 1
     digest=$(deploy_py image-digest --repository-url "$repo" --tag "$tag") || {
       echo "deploy: $repo:$tag is not in ECR after the push" >&2
       return 1
@@ -111,18 +114,30 @@ echo "  agent image: $AGENT_IMAGE"
 # ---------------------------------------------------------------------------------------------------------------
 step "deployment: terraform apply (roles, AgentCore runtime, then the endpoint and its autoscaling)"
 tf_init deployment
-previous=()
+previous=
 if tf_has_resources deployment; then
   # SageMaker refuses to change the instance type of an autoscaled variant: deregister it first; the apply
   # registers it again after the update (scripts/deploy/scaling.py).
   tf deployment output -json >"$WORK/previous.json"
   deploy_py release-scaling --deployment-outputs "$WORK/previous.json" --instance-type "$INSTANCE_TYPE"
   # The provider's UpdateEndpoint resets the variant to the configuration's count: give it the live one.
-  previous=(--previous-outputs "$WORK/previous.json")
+  previous=$WORK/previous.json
 fi
 deploy_py tfvars --shared-outputs "$WORK/shared.json" --tts-image "$TTS_IMAGE" --agent-image "$AGENT_IMAGE" \
-  --out "$DEPLOYMENT_VARS" "${previous[@]}"
-tf deployment apply -input=false -auto-approve -no-color "-var-file=$VAR_FILE"
+  --out "$DEPLOYMENT_VARS" ${previous:+--previous-outputs "$previous"}
+# AgentCore assumes the runtime's role during CreateAgentRuntime, seconds after Terraform created the role and its
+# policy. Before IAM has propagated them it answers "Role validation failed" or "Access denied while validating ECR
+# URI" (the AWS provider's own runtime resource retries on exactly these two), the runtime's stack rolls back and
+# the apply stops before the endpoint, so nothing bills. One more apply after a pause finds the role in place.
+apply_deployment() {
+  tf deployment apply -input=false -auto-approve -no-color "-var-file=$VAR_FILE" 2>&1 | tee "$WORK/apply.log"
+}
+if ! apply_deployment; then
+  grep -q -e "Role validation failed" -e "Access denied while validating ECR URI" "$WORK/apply.log" || exit 1
+  echo "  AgentCore did not see the runtime's new role yet (IAM propagation): applying again in ${IAM_WAIT_S:-30} s"
+  sleep "${IAM_WAIT_S:-30}"
+  apply_deployment
+fi
 tf deployment output -json >"$WORK/deployment.json"
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -8,8 +8,10 @@
 #
 # The deployment root is destroyed with the var file make deploy wrote (terraform/deployment/deploy.tfvars.json);
 # the shared root with the region its own state records. Nothing else is guessed.
+#
+# bash 3.2 (macOS's /bin/bash) and BSD tools suffice (docs/deploy.md): each $(...) here runs one command, whose
+# failure is the assignment's and so stops the script.
 set -euo pipefail
-shopt -s inherit_errexit # a failing command inside $(...) fails the script too
 
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$REPO"

@@ -55,27 +55,22 @@ tf_platform() { # the os_arch this terraform installs providers for (linux_amd64
   terraform version -json | "$PY" -c 'import json, sys; print(json.load(sys.stdin)["platform"])'
 }
 
+# -lockfile=readonly: init never rewrites the committed lock, so the tree stays clean (and the image tag free of
+# -dirty-) on every platform. A package from the registry is checked against the lock's zh: hashes, which cover
+# every platform's; a mirror's unpacked package only against an h1: hash, which the lock holds for linux_amd64.
 tf_init() { # ROOT: the local provider mirror when this machine has one, else the registry
-  local args=(-input=false -no-color) plugin_dir= lock_args=() platform log=$WORK/init-$1.log
-  if plugin_dir=$(scripts/find_tf_plugin_dir.sh 2>/dev/null); then
-    args+=("-plugin-dir=$plugin_dir")
-    lock_args+=("-fs-mirror=$plugin_dir")
-  fi
-  if tf "$1" init "${args[@]}" >"$log" 2>&1; then
+  local plugin_dir platform log=$WORK/init-$1.log
+  plugin_dir=$(scripts/find_tf_plugin_dir.sh 2>/dev/null) || plugin_dir=
+  if tf "$1" init -input=false -no-color -lockfile=readonly ${plugin_dir:+"-plugin-dir=$plugin_dir"} >"$log" 2>&1; then
     return 0
   fi
-  # The lock's zh: hashes cover every platform's package from the registry, but a mirror's unpacked package
-  # is checked by its h1: hash, which the lock holds only for the platforms someone ran init on: add this one's.
-  if grep -q "checksums previously recorded" "$log"; then
-    platform=$(tf_platform)
-    echo "  terraform/$1/.terraform.lock.hcl has no checksum of this platform's ($platform) provider package:" \
-      "adding it (terraform providers lock -platform=$platform${plugin_dir:+ -fs-mirror=$plugin_dir}); commit the lock file"
-    if tf "$1" providers lock -no-color "-platform=$platform" "${lock_args[@]}" >>"$log" 2>&1 &&
-      tf "$1" init "${args[@]}" >>"$log" 2>&1; then
-      return 0
-    fi
-  fi
   cat "$log" >&2
+  if grep -q "checksums previously recorded" "$log"; then
+    platform=$(tf_platform) || platform=this-platform
+    echo "terraform/$1/.terraform.lock.hcl has no h1: checksum of the unpacked $platform package in $plugin_dir" \
+      "(only the registry's packages are covered on every platform). Record it once and commit the lock:" >&2
+    echo "  terraform -chdir=terraform/$1 providers lock -platform=$platform -fs-mirror=$plugin_dir" >&2
+  fi
   return 1
 }
 

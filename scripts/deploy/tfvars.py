@@ -16,7 +16,8 @@ from typing import Any
 
 from .ecr import DIGEST, EcrError, Repository
 from .errors import DeployError
-from .instances import instance_type_problem
+from .gpu_slots import GpuSlots
+from .instances import instance_type_problem, is_gpu_instance
 
 SHARED_OUTPUTS = (
     "region",
@@ -57,6 +58,8 @@ class DeploymentSettings:
     max_instances: int = 2
     # The live desired count of an endpoint already deployed (None: a first deploy, which starts at the floor).
     live_instances: int | None = None
+    # make gpu-check's stream slots (gpu_slots.py): the autoscaling target's basis on a GPU type.
+    gpu_slots: GpuSlots | None = None
 
     def initial_instances(self) -> int:
         """What the variant starts with: the floor, or the live count kept within the (new) bounds."""
@@ -110,7 +113,7 @@ def deployment_variables(
         problems.append("BEDROCK_MODEL_ID is empty")
     if problems:
         raise OutputsError("; ".join(problems))
-    return {
+    variables = {
         "region": region,
         "tts_image_uri": _image("TTS", tts_image_uri, str(shared["tts_repository_url"]), region),
         "agent_image_uri": _image("agent", agent_image_uri, str(shared["agent_repository_url"]), region),
@@ -124,6 +127,9 @@ def deployment_variables(
         "min_instance_count": settings.min_instances,
         "max_instance_count": settings.max_instances,
     }
+    if settings.gpu_slots is not None and is_gpu_instance(settings.instance_type):
+        variables["gpu_stream_slots"] = settings.gpu_slots.variable()
+    return variables
 
 
 def write_var_file(path: Path, variables: Mapping[str, Any]) -> None:

@@ -53,6 +53,7 @@ module "sagemaker_endpoint" {
   max_instance_count                   = var.max_instance_count
   enable_autoscaling                   = var.enable_autoscaling
   target_concurrent_requests_per_model = var.target_concurrent_requests_per_model
+  gpu_stream_slots                     = var.gpu_stream_slots
   log_retention_days                   = var.log_retention_days
 
   # The GPU instances bill from the moment the endpoint is created: the runtime (and its role and the

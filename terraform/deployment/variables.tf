@@ -151,8 +151,17 @@ variable "enable_autoscaling" {
   default     = true
 }
 
+variable "gpu_stream_slots" {
+  description = "The stream slots `make gpu-check` measured on a GPU (bench/results/gpu.json, streams.batched.slots: make deploy passes them on a GPU instance type) and where they come from. null: an estimate (modules/sagemaker_endpoint/capacity.tf)."
+  type = object({
+    slots  = number
+    source = string
+  })
+  default = null
+}
+
 variable "target_concurrent_requests_per_model" {
-  description = "Override of the autoscaling target: open requests (TTS sessions) per instance before another instance is added. null: derived from instance_type (modules/sagemaker_endpoint/capacity.tf, docs/deploy.md): the stream slots the server computes on a CPU type, a labelled estimate (16) on a GPU type."
+  description = "Override of the autoscaling target: open requests (TTS sessions) per instance before another instance is added. null: derived from instance_type (modules/sagemaker_endpoint/capacity.tf, docs/deploy.md): below the stream slots the server computes there by a headroom for the load's fluctuation."
   type        = number
   default     = null
 

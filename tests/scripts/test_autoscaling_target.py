@@ -1,6 +1,8 @@
 """The autoscaling target's data (terraform/modules/sagemaker_endpoint/capacity.tf) against its sources: the server's
-HEADROOM, the instance types the deployment accepts, EC2's vCPU counts, and the table in docs/deploy.md. What the
-module derives from them is asserted by `terraform test` (terraform/deployment/tests/*.tftest.hcl)."""
+HEADROOM, the instance types the deployment accepts, EC2's vCPU counts, make gpu-check's report, and the table in
+docs/deploy.md; the target's headroom below the slots; the drain on scale-in inside SageMaker's SIGTERM window. What
+the module derives from them is asserted by `terraform test` (terraform/deployment/tests/*.tftest.hcl).
+"""
 
 from __future__ import annotations
 
@@ -34,20 +36,64 @@ def cpu_vcpus() -> dict[str, int]:
     return {name: int(n) for name, n in re.findall(r'^\s*"(ml\.[a-z0-9]+\.[a-z0-9]+)"\s*=\s*(\d+)', block, re.M)}
 
 
-def target(vcpus: int) -> int:
-    """What the module derives for a CPU type, as the server computes its slots (engine/capacity.py)."""
+def slots(vcpus: int) -> int:
+    """The stream slots the server computes on a CPU type (engine/capacity.py), as the module derives them."""
     per_vcpu = local_number("onnx_measured_throughput") / local_number("onnx_measured_vcpus")
     return max(1, math.floor(local_number("stream_headroom") * per_vcpu * vcpus))
+
+
+def target_below(stream_slots: int) -> int:
+    """The module's target for ``stream_slots``: the largest whole mean m with m + z sqrt(m) <= slots."""
+    z = local_number("load_quantile")
+    return max(1, math.floor(((math.sqrt(z * z + 4 * stream_slots) - z) / 2) ** 2))
+
+
+def target(vcpus: int) -> int:
+    return target_below(slots(vcpus))
 
 
 def test_the_headroom_is_the_servers() -> None:
     assert local_number("stream_headroom") == HEADROOM
 
 
-def test_the_measurement_is_the_one_the_server_turned_into_6_slots() -> None:
-    # 2 vCPUs measured: the module's figure for the measured machine's size is the server's own count there.
+def test_the_measurement_is_the_one_the_server_turned_into_7_slots() -> None:
+    # 2 vCPUs measured: the module's slots for the measured machine's size are the server's own count there.
     assert (local_number("onnx_measured_throughput"), local_number("onnx_measured_vcpus")) == (8.76, 2)
-    assert target(2) == 7 == max(1, math.floor(HEADROOM * 8.76))
+    assert slots(2) == 7 == max(1, math.floor(HEADROOM * 8.76))
+
+
+@pytest.mark.parametrize("stream_slots", [3, 4, 7, 14, 16, 28, 40, 126, 672, 2000])
+def test_the_target_leaves_the_fluctuation_of_a_poisson_load_below_the_slots(stream_slots: int) -> None:
+    """Held at the target's mean, the open sessions of an instance exceed its slots at most 1 time in 20 (the
+    Poisson tail itself, not the normal approximation the module solves); one more session of mean would break
+    the module's bound (the target is the largest such whole number)."""
+    target = target_below(stream_slots)
+    assert 1 <= target < stream_slots
+
+    def over(mean: float) -> float:  # P(N > slots) for N ~ Poisson(mean)
+        return 1 - sum(math.exp(-mean) * mean**k / math.factorial(k) for k in range(stream_slots + 1))
+
+    if stream_slots <= 150:  # the series in floats
+        assert over(target) <= 0.05
+    z = local_number("load_quantile")
+    assert target + z * math.sqrt(target) <= stream_slots < (target + 1) + z * math.sqrt(target + 1)
+
+
+@pytest.mark.parametrize("stream_slots", [1, 2])
+def test_an_instance_with_one_or_two_slots_still_tracks_one_session(stream_slots: int) -> None:
+    assert target_below(stream_slots) == 1
+
+
+def test_the_drain_on_scale_in_fits_sagemakers_sigterm_window() -> None:
+    """SageMaker stops a removed instance's container with SIGTERM, then SIGKILL 30 s later ("Custom Inference Code
+    with Hosting Services"): the server's drain (the utterance in flight, then the connections) ends before."""
+    from kokoro_tts.settings import Settings
+
+    grace = Settings().shutdown_grace_s
+    serve = (REPO / "container/kokoro_tts/server/serve.py").read_text()
+    assert "begin_shutdown(app, grace_s=0.5 * settings.shutdown_grace_s)" in serve
+    assert "config.graceful_timeout = 0.8 * settings.shutdown_grace_s" in serve
+    assert 0.5 * grace < 0.8 * grace < 30
 
 
 def test_every_cpu_type_the_deployment_accepts_has_a_vcpu_count() -> None:
@@ -76,9 +122,20 @@ def test_the_table_in_the_deploy_guide_is_the_derivation() -> None:
     doc = (REPO / "docs/deploy.md").read_text()
     section = doc[doc.index("## Autoscaling target") :]
     section = section[: section.index("\n## ", 1)]
-    rows = {int(n): int(t) for n, t in re.findall(r"^\| (\d+) \| (\d+) \|", section, re.MULTILINE)}
-    assert rows == {n: target(n) for n in set(cpu_vcpus().values())}
-    assert rows[4] == 14  # ml.c7i.xlarge, the CPU type the guide names first
+    rows = {int(n): (int(s), int(t)) for n, s, t in re.findall(r"^\| (\d+) \| (\d+) \| (\d+) \|", section, re.M)}
+    assert rows == {n: (slots(n), target(n)) for n in set(cpu_vcpus().values())}
+    assert rows[4] == (14, 9)  # ml.c7i.xlarge, the CPU type the guide names first
+
+
+def test_every_figure_the_deploy_guide_quotes_for_slots_and_targets_is_the_codes() -> None:
+    """The prose and the CPU-or-GPU table quote the module's figures, not older ones."""
+    doc = (REPO / "docs/deploy.md").read_text()
+    c7i_large, c7i_xlarge, gpu = target(2), target(4), target_below(int(local_number("gpu_slots_estimate")))
+    assert f"{slots(2)} stream slots" in doc and f"target {c7i_large} on an ml.c7i.large" in doc
+    assert f"{slots(4)} stream slots and a target of {c7i_xlarge} on an ml.c7i.xlarge" in doc
+    assert f"an estimate: {int(local_number('gpu_slots_estimate'))} stream slots, target {gpu}" in doc
+    for stale in ("6 (per core) and 12 (per vCPU)", "ml.c7i.large 6, ml.c7i.xlarge 12", "16 open sessions"):
+        assert stale not in doc
 
 
 def test_make_deploy_ends_by_saying_the_target_and_where_it_came_from(
@@ -103,3 +160,70 @@ def test_make_deploy_ends_by_saying_the_target_and_where_it_came_from(
         assert main(["outputs", "--deployment-outputs", str(path)]) == 0
         lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("Autoscaling target:")]
         assert lines == ([expected] if expected else [])
+
+
+def gpu_report(path: Path, *, device: str = "cuda", slots: object = 40, gpu: str = "NVIDIA H200") -> Path:
+    """A report shaped as scripts/gpu_check.py writes it (the fields the deploy reads, and their neighbours)."""
+    batched = {"batch": 8, "slots": slots, "throughput_audio_s_per_s": 61.2, "levels": []}
+    document = {
+        "run": {"device": device, "note": None, "weights": "kokoro-v1_0.pth", "workers": 1, "wall_s": 300.0},
+        "machine": {"cores": 16, "arch": "x86_64", "gpu": gpu, "torch": "2.8.0", "torch_cuda": "12.8"},
+        "streams": {"batched": batched, "unbatched": {**batched, "batch": 1, "slots": 12}, "batching_gain": 3.3},
+    }
+    path.write_text(json.dumps(document))
+    return path
+
+
+def test_the_gpu_slots_come_from_make_gpu_checks_report(tmp_path: Path) -> None:
+    from scripts.deploy.gpu_slots import GpuSlots, measured_gpu_slots
+
+    assert measured_gpu_slots(tmp_path / "gpu.json") is None  # gpu-check has not run: the module's estimate
+    measured = measured_gpu_slots(gpu_report(tmp_path / "gpu.json"))
+    assert measured == GpuSlots(
+        40, f"make gpu-check on NVIDIA H200: 40 stream slots with batches of 8 ({tmp_path}/gpu.json)"
+    )
+    # gpu-check's CPU run tests the check itself: no GPU figure.
+    assert measured_gpu_slots(gpu_report(tmp_path / "cpu.json", device="cpu", slots=3)) is None
+
+
+@pytest.mark.parametrize("slots", [None, 0, "40", True])
+def test_a_gpu_report_without_a_slot_count_stops_the_deploy(tmp_path: Path, slots: object) -> None:
+    from scripts.deploy.gpu_slots import GpuResultsError, measured_gpu_slots
+
+    with pytest.raises(GpuResultsError, match=r"streams\.batched\.slots"):
+        measured_gpu_slots(gpu_report(tmp_path / "gpu.json", slots=slots))
+    (tmp_path / "gpu.json").write_text("{}")
+    with pytest.raises(GpuResultsError, match="is not a make gpu-check report"):
+        measured_gpu_slots(tmp_path / "gpu.json")
+
+
+def test_the_committed_gpu_report_if_any_is_one_the_deploy_reads() -> None:
+    from scripts.deploy.gpu_slots import GPU_RESULTS, measured_gpu_slots
+
+    measured = measured_gpu_slots(REPO / GPU_RESULTS)  # None where make gpu-check has not been committed
+    assert measured is None or measured.slots >= 1
+
+
+def test_the_var_file_carries_the_measured_slots_on_a_gpu_type_only(tmp_path: Path) -> None:
+    from support.deploy_harness import AGENT_REPO, DIGEST_A, DIGEST_B, MODEL_ID, REGION, TTS_REPO
+
+    from scripts.deploy.gpu_slots import measured_gpu_slots
+    from scripts.deploy.tfvars import DeploymentSettings, deployment_variables
+
+    shared = {
+        "region": REGION,
+        "tts_repository_url": TTS_REPO,
+        "agent_repository_url": AGENT_REPO,
+        "weights_bucket_name": "kokoro-tts-weights-20250101",
+        "weights_prefix": "kokoro-82m/v1.0/",
+        "weights_s3_uri": "s3://kokoro-tts-weights-20250101/kokoro-82m/v1.0/",
+        "weights_kms_key_arn": None,
+    }
+    measured = measured_gpu_slots(gpu_report(tmp_path / "gpu.json"))
+    images = (f"{TTS_REPO}@{DIGEST_A}", f"{AGENT_REPO}@{DIGEST_B}")
+    on_gpu = deployment_variables(shared, *images, DeploymentSettings(MODEL_ID, "ml.g5.xlarge", gpu_slots=measured))
+    assert on_gpu["gpu_stream_slots"] == {"slots": 40, "source": measured.source if measured else None}
+    on_cpu = deployment_variables(shared, *images, DeploymentSettings(MODEL_ID, "ml.c7i.xlarge", gpu_slots=measured))
+    assert "gpu_stream_slots" not in on_cpu
+    unmeasured = deployment_variables(shared, *images, DeploymentSettings(MODEL_ID, "ml.g5.xlarge"))
+    assert "gpu_stream_slots" not in unmeasured  # the module's labelled estimate

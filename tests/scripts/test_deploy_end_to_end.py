@@ -128,6 +128,7 @@ def assert_each_tool_called_as_the_real_one_would_be(log: Path, deploy_env: dict
     calls = tool_calls(log)
     init = next(c for c in calls if c["tool"] == "terraform" and c["args"][0] == "init")
     assert f"-plugin-dir={deploy_env['TF_PLUGIN_DIR']}" in init["args"]
+    assert "-lockfile=readonly" in init["args"]  # the committed lock stays as it is
     shared_apply = next(c for c in tool_calls(log, "terraform") if c["root"] == "shared" and c["args"][0] == "apply")
     assert {"-auto-approve", "-var", "region=us-east-1"} <= set(shared_apply["args"])
     builds = docker_builds(log)

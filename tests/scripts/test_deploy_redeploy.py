@@ -13,7 +13,7 @@ from pathlib import Path
 
 import boto3
 import pytest
-from support.deploy_harness import REGION, TTS_REPO, docker_builds, git, make_checkout
+from support.deploy_harness import REGION, TTS_REPO, docker_builds, git, make_checkout, tool_calls
 
 pytestmark = pytest.mark.usefixtures("fake_aws_env")  # moto or a stand-in, never the real account (tests/conftest.py)
 
@@ -164,3 +164,27 @@ def test_a_redeploy_keeps_a_scaled_out_endpoint_scaled_out(deploy_env: dict[str,
     result = run_deploy(checkout, env, MAX_INSTANCES="2")
     assert result.returncode == 0, result.stdout + result.stderr
     assert live()[1] == 2
+
+
+def test_an_apply_that_agentcore_refuses_for_a_role_not_yet_propagated_runs_again(
+    deploy_env: dict[str, str], tmp_path: Path
+) -> None:
+    """CreateAgentRuntime right after the role's creation: AgentCore's "Role validation failed" (IAM propagation,
+    which the AWS provider's own runtime resource retries on) makes deploy.sh apply once more after a pause; any
+    other failure stops it."""
+    checkout = make_checkout(tmp_path)
+    log = Path(deploy_env["FAKE_LOG"])
+    refused = "creating CloudFormation Stack: ROLLBACK_COMPLETE: Role validation failed for role arn:aws:iam::x"
+    result = run_deploy(
+        checkout, deploy_env, SKIP_SMOKE="1", IAM_WAIT_S="0", FAKE_TF_FAIL_ONCE=f"deployment apply: {refused}"
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "AgentCore did not see the runtime's new role yet (IAM propagation): applying again in 0 s" in result.stdout
+    applies = [c for c in tool_calls(log, "terraform") if c["root"] == "deployment" and c["args"][0] == "apply"]
+    assert len(applies) == 2
+
+    log.unlink()
+    Path(f"{log}.failed-once").unlink()
+    other = run_deploy(checkout, deploy_env, SKIP_SMOKE="1", IAM_WAIT_S="0", FAKE_TF_FAIL_ONCE="deployment apply: x")
+    assert other.returncode == 1 and "FAILED at step 'deployment" in other.stderr
+    assert len([c for c in tool_calls(log, "terraform") if c["root"] == "deployment" and c["args"][0] == "apply"]) == 1

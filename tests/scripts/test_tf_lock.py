@@ -1,19 +1,24 @@
-"""The provider lock works on every platform users deploy from.
+"""The provider lock works on every platform users deploy from, and `make deploy` never rewrites it.
 
 - The committed locks carry the zh: hashes of every package of the official hashicorp/aws 5.100.0 release, which
   `terraform init` checks a registry download against on any platform, beside the linux_amd64 h1: hash.
-- A mirror's unpacked package is checked by its h1: hash only, which a lock holds just for the platforms someone
-  ran init on: make deploy's tf_init (scripts/deploy/lib.sh) then adds this platform's hash itself, saying so.
-  Shown with the real terraform and a fake provider package in a filesystem mirror (init never runs the provider).
+- make deploy's tf_init (scripts/deploy/lib.sh) runs `terraform init -lockfile=readonly`: a package checked by its
+  zh: hash (a registry download on a Mac) installs and the lock stays as committed, where a plain init adds that
+  platform's h1: line, a change in the tree that tags the next images `-dirty-`. A mirror's unpacked package is
+  checked by its h1: hash only: without it, init stops and says the one command that records it.
+  Shown with the real terraform and a fake provider package in a filesystem mirror (init never runs the provider);
+  a packed mirror (the registry's zip) stands in for the registry, which tests do not reach.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import shutil
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -70,52 +75,106 @@ def fake_mirror(path: Path, platform: str) -> Path:
     return path
 
 
-def test_init_adds_the_checksum_of_a_platform_the_lock_was_not_made_on(tmp_path: Path) -> None:
-    env = {"PATH": str(Path(TERRAFORM or "terraform").parent) + ":/usr/bin:/bin", "HOME": str(tmp_path)}
-    env |= {"CHECKPOINT_DISABLE": "1", "TF_IN_AUTOMATION": "1", "PYTHON": sys.executable, "TMPDIR": str(tmp_path)}
-    here = json.loads(terraform("version", "-json", cwd=tmp_path, env=env).stdout)["platform"]
-    other = next(p for p in OTHER_PLATFORMS if p != here)
+def packed_mirror(path: Path, platform: str) -> tuple[Path, str]:
+    """A filesystem mirror (packed layout: the registry's zip) of one platform's stand-in package, and the zip's
+    zh: hash, as the registry's SHA256SUMS would list it."""
+    folder = path / PROVIDER.rsplit("/", 1)[0]
+    folder.mkdir(parents=True)
+    archive = folder / f"terraform-provider-aws_5.100.0_{platform}.zip"
+    with zipfile.ZipFile(archive, "w") as z:
+        z.writestr(zipfile.ZipInfo("terraform-provider-aws_v5.100.0_x5"), "#!/bin/sh\nexit 1\n")
+    return path, hashlib.sha256(archive.read_bytes()).hexdigest()
 
+
+def probe_checkout(tmp_path: Path, lock: str, *, mirror_finder: bool) -> Path:
+    """A checkout with lib.sh, a root pinning hashicorp/aws like the real ones, and its lock; without the mirror
+    finder, this machine has no local mirror (as on a Mac): tf_init uses the CLI's installation methods."""
     checkout = tmp_path / "checkout"
-    for name in ("scripts/find_tf_plugin_dir.sh", "scripts/deploy/lib.sh"):
-        (checkout / name).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(REPO / name, checkout / name)
+    (checkout / "scripts/deploy").mkdir(parents=True)
+    shutil.copy2(REPO / "scripts/deploy/lib.sh", checkout / "scripts/deploy/lib.sh")
+    finder = checkout / "scripts/find_tf_plugin_dir.sh"
+    if mirror_finder:
+        shutil.copy2(REPO / "scripts/find_tf_plugin_dir.sh", finder)
+    else:
+        finder.write_text("#!/bin/sh\nexit 1\n")
+        finder.chmod(0o755)
     root = checkout / "terraform/probe"
     root.mkdir(parents=True)
     shutil.copy2(REPO / "terraform/deployment/versions.tf", root / "versions.tf")
+    (root / ".terraform.lock.hcl").write_text(lock)
+    return checkout
 
-    # The lock, made on another platform from its package.
-    made = terraform(
-        "-chdir=terraform/probe",
-        "providers",
-        "lock",
-        f"-platform={other}",
-        f"-fs-mirror={fake_mirror(tmp_path / 'mirror-other', other)}",
-        cwd=checkout,
-        env=env,
+
+def lock_of(*hash_lines: str) -> str:
+    listed = "".join(f'    "{h}",\n' for h in hash_lines)
+    return (
+        'provider "registry.terraform.io/hashicorp/aws" {\n  version     = "5.100.0"\n'
+        f'  constraints = "~> 5.100"\n  hashes = [\n{listed}  ]\n}}\n'
     )
-    assert made.returncode == 0, made.stderr
-    lock = (root / ".terraform.lock.hcl").read_text()
-    assert len(hashes(lock, "h1")) == 1
 
-    # This platform's package: a plain init refuses it, as it would on a Mac with the linux-only lock.
-    mirror = fake_mirror(tmp_path / "mirror-here", here)
-    plain = terraform("-chdir=terraform/probe", "init", f"-plugin-dir={mirror}", "-no-color", cwd=checkout, env=env)
-    assert plain.returncode != 0 and "checksums previously recorded" in plain.stderr
-    shutil.rmtree(root / ".terraform", ignore_errors=True)
 
-    # make deploy's init: the missing checksum is added, with a line saying so, and init succeeds.
-    flow = subprocess.run(
+def tf_init(checkout: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """make deploy's init of the probe root."""
+    return subprocess.run(
         ["bash", "-c", ". scripts/deploy/lib.sh && tf_init probe"],
         cwd=checkout,
-        env={**env, "TF_PLUGIN_DIR": str(mirror)},
+        env=env,
         capture_output=True,
         text=True,
         timeout=120,
     )
+
+
+def base_env(tmp_path: Path) -> dict[str, str]:
+    env = {"PATH": str(Path(TERRAFORM or "terraform").parent) + ":/usr/bin:/bin", "HOME": str(tmp_path)}
+    return env | {"CHECKPOINT_DISABLE": "1", "TF_IN_AUTOMATION": "1", "PYTHON": sys.executable, "TMPDIR": str(tmp_path)}
+
+
+def test_init_of_a_package_checked_by_its_zh_hash_leaves_the_lock_as_committed(tmp_path: Path) -> None:
+    env = base_env(tmp_path)
+    here = json.loads(terraform("version", "-json", cwd=tmp_path, env=env).stdout)["platform"]
+    mirror, zh = packed_mirror(tmp_path / "registry", here)
+    cli_config = tmp_path / "cli.tfrc"
+    cli_config.write_text(f'provider_installation {{\n  filesystem_mirror {{\n    path = "{mirror}"\n  }}\n}}\n')
+    env["TF_CLI_CONFIG_FILE"] = str(cli_config)
+    committed = lock_of(f"zh:{zh}")  # this platform's package by its zh: hash only, as on a Mac
+    checkout = probe_checkout(tmp_path, committed, mirror_finder=False)
+    root = checkout / "terraform/probe"
+
+    # What a plain init does: it records this platform's h1: hash, a change to a committed file.
+    plain = terraform("-chdir=terraform/probe", "init", "-no-color", cwd=checkout, env=env)
+    assert plain.returncode == 0, plain.stderr
+    assert len(hashes((root / ".terraform.lock.hcl").read_text(), "h1")) == 1
+    (root / ".terraform.lock.hcl").write_text(committed)
+    shutil.rmtree(root / ".terraform")
+
+    flow = tf_init(checkout, env)
     assert flow.returncode == 0, flow.stdout + flow.stderr
-    assert f"has no checksum of this platform's ({here}) provider package: adding it" in flow.stdout
-    assert "commit the lock file" in flow.stdout
-    completed = (root / ".terraform.lock.hcl").read_text()
-    assert len(hashes(completed, "h1")) == 2 and hashes(lock, "h1") < hashes(completed, "h1")
+    assert (root / ".terraform.lock.hcl").read_text() == committed
     assert (root / ".terraform/providers" / PROVIDER / here / "terraform-provider-aws_v5.100.0_x5").is_file()
+
+
+def test_init_from_an_unpacked_mirror_without_its_h1_hash_stops_and_says_how_to_record_it(tmp_path: Path) -> None:
+    env = base_env(tmp_path)
+    here = json.loads(terraform("version", "-json", cwd=tmp_path, env=env).stdout)["platform"]
+    other = next(p for p in OTHER_PLATFORMS if p != here)
+    # The lock, made on another platform from its package.
+    made = terraform(
+        "providers",
+        "lock",
+        f"-platform={other}",
+        f"-fs-mirror={fake_mirror(tmp_path / 'mirror-other', other)}",
+        cwd=probe_checkout(tmp_path / "maker", "", mirror_finder=False) / "terraform/probe",
+        env=env,
+    )
+    assert made.returncode == 0, made.stderr
+    lock = (tmp_path / "maker/checkout/terraform/probe/.terraform.lock.hcl").read_text()
+    assert len(hashes(lock, "h1")) == 1
+    checkout = probe_checkout(tmp_path, lock, mirror_finder=True)
+
+    mirror = fake_mirror(tmp_path / "mirror-here", here)
+    flow = tf_init(checkout, {**env, "TF_PLUGIN_DIR": str(mirror)})
+    assert flow.returncode == 1
+    assert "checksums previously recorded" in flow.stderr
+    assert f"terraform -chdir=terraform/probe providers lock -platform={here} -fs-mirror={mirror}" in flow.stderr
+    assert (checkout / "terraform/probe/.terraform.lock.hcl").read_text() == lock

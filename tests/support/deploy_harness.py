@@ -1,5 +1,6 @@
 """What the deploy tests (tests/scripts/test_deploy_*.py) share: moto's account and the names the deploy gives
-things, a PATH holding exactly the tools a test wants (the fake terraform and docker of support/fakes among them),
+things, a PATH holding exactly the tools a test wants, as macOS has them (support/macos_shell: bash 3.2's shell
+options, BSD flags; the fake terraform and docker of support/fakes among them),
 an environment with no AWS configuration, the throwaway git checkout deploy.sh and destroy.sh run in, and readers
 of the log the fakes write. Their fixtures are in tests/scripts/conftest.py.
 """
@@ -20,6 +21,7 @@ from kokoro_tts.weights.layout import TORCH, VOICE_BYTES, VOICE_NAMES, Manifest,
 
 from scripts.weights.sources import packaged_config
 from support.account_standin import account_endpoints
+from support.macos_shell import macos_tools
 
 REPO = Path(__file__).resolve().parents[2]
 FAKES = Path(__file__).resolve().parent / "fakes"
@@ -34,15 +36,20 @@ DIGEST_B = "sha256:" + "b" * 64
 BASE = "python:3.12-slim-bookworm"  # both Dockerfiles' base image
 BASE_DIGEST = "sha256:" + hashlib.sha256(BASE.encode()).hexdigest()  # what the fake docker's registry answers
 # What the deploy scripts run besides terraform, docker and python (a PATH made of exactly these).
-BASIC_TOOLS = ("bash", "env", "dirname", "basename", "mktemp", "rm", "cat", "ls", "find", "sort", "mkdir")
+BASIC_TOOLS = (
+    *("bash", "env", "dirname", "basename", "mktemp", "rm", "cat", "ls", "find", "sort", "mkdir", "grep", "tee"),
+    "sleep",
+)
 
 
 def tool_dir(tmp_path: Path, *, basics: bool = True, git: bool = True, fakes: Iterable[str] = ()) -> Path:
-    """A PATH directory with exactly these tools: the basics (symlinks), git, and fakes (support/fakes/NAME.py,
-    run by this test's interpreter)."""
+    """A PATH directory with exactly these tools: the basics as macOS has them (support/macos_shell), git
+    (a symlink), and fakes (support/fakes/NAME.py, run by this test's interpreter)."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
-    for name in (*(BASIC_TOOLS if basics else ()), *(("git",) if git else ())):
+    if basics:
+        macos_tools(bin_dir, BASIC_TOOLS)
+    for name in ("git",) if git else ():
         found = shutil.which(name)
         assert found, f"{name} is needed by the test"
         (bin_dir / name).symlink_to(found)

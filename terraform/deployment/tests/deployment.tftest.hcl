@@ -247,14 +247,43 @@ run "apply_roles_and_runtime" {
     error_message = "Autoscaling must target the endpoint's variant."
   }
 
-  # The default type is a GPU type, whose stream capacity nobody has measured: the target says it is an estimate.
+  # The default type is a GPU type; without make gpu-check's slots the target says it is an estimate: 16 slots
+  # assumed, the target below them by the headroom (capacity.tf).
   assert {
-    condition     = output.autoscaling_target == 16 && startswith(output.autoscaling_target_source, "estimate: ml.g5.xlarge is a GPU type")
-    error_message = "On ml.g5.xlarge the target is the labelled GPU estimate, 16."
+    condition     = output.autoscaling_target == 10 && startswith(output.autoscaling_target_source, "estimate: ml.g5.xlarge is a GPU type")
+    error_message = "On ml.g5.xlarge without a measurement the target is the labelled estimate: 10 below 16 slots."
   }
 }
 
-# The target of a CPU type is the stream slots its server computes: floor(0.8 * 8.76 / 2 * vCPUs).
+# make gpu-check's slots (passed by make deploy from bench/results/gpu.json) replace the estimate on a GPU type.
+run "gpu_target_comes_from_the_measured_slots" {
+  command = plan
+
+  variables {
+    gpu_stream_slots = { slots = 40, source = "make gpu-check on NVIDIA H200 (bench/results/gpu.json)" }
+  }
+
+  assert {
+    condition     = output.autoscaling_target == 30 && startswith(output.autoscaling_target_source, "measured: make gpu-check on NVIDIA H200")
+    error_message = "40 measured slots: target 30 (m + 1.645 sqrt(m) <= 40), marked measured."
+  }
+}
+
+# The slots of a CPU type are the server's, floor(0.8 * 8.76 / 2 * vCPUs); the target leaves the headroom below.
+run "measured_gpu_slots_do_not_apply_to_a_cpu_type" {
+  command = plan
+
+  variables {
+    instance_type    = "ml.c7i.xlarge"
+    gpu_stream_slots = { slots = 40, source = "make gpu-check" }
+  }
+
+  assert {
+    condition     = output.autoscaling_target == 9 && startswith(output.autoscaling_target_source, "derived: ")
+    error_message = "A CPU type's target comes from its vCPUs, whatever a GPU measured."
+  }
+}
+
 run "cpu_target_is_derived_from_the_measurement" {
   command = plan
 
@@ -263,12 +292,12 @@ run "cpu_target_is_derived_from_the_measurement" {
   }
 
   assert {
-    condition     = output.autoscaling_target == 14
-    error_message = "ml.c7i.xlarge (4 vCPUs): floor(0.8 * 4.38 * 4) = 14."
+    condition     = output.autoscaling_target == 9
+    error_message = "ml.c7i.xlarge (4 vCPUs): floor(0.8 * 4.38 * 4) = 14 slots, target 9 (9 + 1.645 * 3 <= 14)."
   }
 
   assert {
-    condition     = startswith(output.autoscaling_target_source, "derived: floor(0.8 headroom * 4.38 s of audio per second per vCPU * 4 vCPUs) = 14")
+    condition     = startswith(output.autoscaling_target_source, "derived: floor(0.8 headroom * 4.38 s of audio per second per vCPU * 4 vCPUs) = 14 stream slots") && strcontains(output.autoscaling_target_source, "target 9: the largest mean m with m + 1.645 sqrt(m) <= 14 stream slots")
     error_message = "The source of a c7i target names the formula and its figures."
   }
 }
@@ -281,8 +310,8 @@ run "cpu_target_on_another_cpu_is_extrapolated" {
   }
 
   assert {
-    condition     = output.autoscaling_target == 7 && startswith(output.autoscaling_target_source, "extrapolated: ")
-    error_message = "ml.m5.large (2 vCPUs, an older CPU than the one measured): 7, marked extrapolated."
+    condition     = output.autoscaling_target == 3 && startswith(output.autoscaling_target_source, "extrapolated: ")
+    error_message = "ml.m5.large (2 vCPUs, an older CPU than the one measured): 7 slots, target 3, marked extrapolated."
   }
 }
 
@@ -300,7 +329,7 @@ run "an_explicit_target_wins" {
   }
 
   assert {
-    condition     = output.autoscaling_target_source == "override: target_concurrent_requests_per_model = 5 (the derived figure would be 14)"
+    condition     = output.autoscaling_target_source == "override: target_concurrent_requests_per_model = 5 (the derived figure would be 9)"
     error_message = "The source of an override says so and what the derivation would give."
   }
 }

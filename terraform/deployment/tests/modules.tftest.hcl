@@ -52,12 +52,12 @@ run "endpoint_scales_on_concurrent_streams" {
   }
 
   assert {
-    condition     = aws_appautoscaling_policy.this[0].target_tracking_scaling_policy_configuration[0].target_value == 16
-    error_message = "The default type, ml.g5.xlarge, gets the GPU estimate: 16 open sessions per instance."
+    condition     = aws_appautoscaling_policy.this[0].target_tracking_scaling_policy_configuration[0].target_value == 10
+    error_message = "The default type, ml.g5.xlarge, without make gpu-check slots: 10 open sessions per instance, below the estimated 16 slots."
   }
 
   assert {
-    condition     = output.autoscaling_target == 16 && startswith(output.autoscaling_target_source, "estimate: ")
+    condition     = output.autoscaling_target == 10 && startswith(output.autoscaling_target_source, "estimate: ")
     error_message = "The outputs say the GPU target is an estimate."
   }
 
@@ -284,8 +284,8 @@ run "cpu_target_is_the_servers_slot_count" {
   }
 
   assert {
-    condition     = aws_appautoscaling_policy.this[0].target_tracking_scaling_policy_configuration[0].target_value == 7
-    error_message = "ml.c7i.large (2 vCPUs): floor(0.8 * 8.76) = 7, the slots the server computed on the measured machine."
+    condition     = aws_appautoscaling_policy.this[0].target_tracking_scaling_policy_configuration[0].target_value == 3
+    error_message = "ml.c7i.large (2 vCPUs): floor(0.8 * 8.76) = 7 slots (the server's count on the measured machine), target 3 below them."
   }
 
   assert {
@@ -311,8 +311,8 @@ run "cpu_target_follows_the_vcpu_count" {
   }
 
   assert {
-    condition     = output.autoscaling_target == 126
-    error_message = "ml.c4.8xlarge (36 vCPUs): floor(0.8 * 4.38 * 36) = 126."
+    condition     = output.autoscaling_target == 108
+    error_message = "ml.c4.8xlarge (36 vCPUs): floor(0.8 * 4.38 * 36) = 126 slots, target 108."
   }
 
   assert {

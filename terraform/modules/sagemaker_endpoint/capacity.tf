@@ -1,11 +1,18 @@
-# The autoscaling target: how many concurrent requests (open TTS sessions) per instance before another instance is
-# added, derived from the stream capacity the server measures itself (docs/deploy.md, "Autoscaling target").
+# The autoscaling target: how many concurrent requests (open TTS sessions) per instance the policy holds, derived
+# from the stream capacity the server measures itself (docs/deploy.md, "Autoscaling target").
 #
 # The server sizes its stream slots at warm-up (container/kokoro_tts/engine/capacity.py): it measures the seconds of
 # audio its workers make per second side by side ("throughput") and plays at most floor(HEADROOM x throughput)
-# streams at once. The target for an instance type is the number of slots the server will compute there:
+# streams at once. The slots of an instance type are the ones the server will compute there:
 #   CPU type (onnx backend, one worker per vCPU): max(1, floor(HEADROOM x throughput per vCPU x the type's vCPUs))
-#   GPU type (torch backend): a labelled estimate, nothing measured yet
+#   GPU type (torch backend): streams.batched.slots of `make gpu-check` (bench/results/gpu.json, passed in by
+#   make deploy as gpu_stream_slots), else a labelled estimate
+# The target sits below the slots by a headroom for the load's fluctuation: target tracking holds the *mean* open
+# sessions per instance at the target, and sessions that arrive independently are in progress in a Poisson number
+# (M/G/inf: whatever the call lengths) whose standard deviation is sqrt(mean). The target is the largest mean m
+# with m + z sqrt(m) <= slots, z = 1.645 (the one-sided 95th percentile of the normal approximation): at most about
+# one sampled moment in 20 finds more sessions on an instance than it has slots, so scale-out starts while the
+# slots still hold every session, not once they are refused. Closed form: m = ((sqrt(z^2 + 4 slots) - z) / 2)^2.
 #   target_concurrent_requests_per_model set: that value (an override)
 # Scaling the measurement by vCPUs assumes one vCPU of the instance makes as much audio as one vCPU measured; see
 # docs/deploy.md for what that assumption leaves open (hyperthreads, older CPUs).
@@ -26,11 +33,13 @@ locals {
   # (tests/scripts/test_autoscaling_target.py checks that the two agree).
   stream_headroom = 0.8
 
-  # GPU types run the torch backend, whose throughput this project has not measured (no GPU host yet): an estimate,
-  # the target this module used before any measurement. The figure comes from the server on that GPU: the "stream
-  # slots" line it logs at startup on a GPU host (`make serve` with KOKORO_BACKEND=torch KOKORO_DEVICE=cuda, the
-  # server `make gpu-check` runs) or in the endpoint's log group; set target_concurrent_requests_per_model from it.
-  gpu_target_estimate = 16
+  # The load's fluctuation the target leaves room for (see the top of this file): z of the 95th percentile.
+  load_quantile = 1.645
+
+  # GPU types run the torch backend. Its slots come from `make gpu-check` (var.gpu_stream_slots, which make deploy
+  # reads from bench/results/gpu.json); without that measurement, an estimate: the slot count this module assumed
+  # before any GPU measurement, labelled as such in autoscaling_target_source.
+  gpu_slots_estimate = 16
 
   # vCPUs of every CPU instance type the deployment accepts (scripts/deploy/provider_instance_types.txt less the GPU
   # and Graviton types): DefaultVCpus of EC2's DescribeInstanceTypes for the type without "ml." (moto's copy of that
@@ -166,21 +175,33 @@ locals {
   instance_vcpus           = lookup(local.cpu_vcpus, var.instance_type, null)
   onnx_throughput_per_vcpu = local.onnx_measured_throughput / local.onnx_measured_vcpus
 
-  derived_target = (
-    local.is_gpu_instance ? local.gpu_target_estimate :
+  gpu_slots_measured = local.is_gpu_instance && var.gpu_stream_slots != null
+  stream_slots = (
+    local.is_gpu_instance ? (local.gpu_slots_measured ? var.gpu_stream_slots.slots : local.gpu_slots_estimate) :
     local.instance_vcpus == null ? null :
     max(1, floor(local.stream_headroom * local.onnx_throughput_per_vcpu * local.instance_vcpus))
   )
+  derived_target = local.stream_slots == null ? null : max(1, floor(pow(
+    (pow(local.load_quantile * local.load_quantile + 4 * local.stream_slots, 0.5) - local.load_quantile) / 2, 2,
+  )))
+  headroom_basis = local.stream_slots == null ? null : format(
+    "target %d: the largest mean m with m + %g sqrt(m) <= %d stream slots",
+    local.derived_target, local.load_quantile, local.stream_slots,
+  )
   derived_basis = (
+    local.gpu_slots_measured ? format(
+      "measured: %s; %s",
+      var.gpu_stream_slots.source, local.headroom_basis,
+    ) :
     local.is_gpu_instance ? format(
-      "estimate: %s is a GPU type (torch backend), whose stream capacity is not measured; %d is a guess (the server's \"stream slots\" log line on that GPU, e.g. in the endpoint's log group, gives the figure)",
-      var.instance_type, local.gpu_target_estimate,
+      "estimate: %s is a GPU type (torch backend) and bench/results/gpu.json holds no `make gpu-check` measurement; %d stream slots is a guess (the server's \"stream slots\" log line on that GPU, e.g. in the endpoint's log group, gives the figure); %s",
+      var.instance_type, local.gpu_slots_estimate, local.headroom_basis,
     ) :
     local.instance_vcpus == null ? null : format(
-      "%s: floor(%g headroom * %g s of audio per second per vCPU * %d vCPUs) = %d, from the onnx warm-up throughput of %g s/s on %d vCPUs of the ml.c7i CPU generation (2026-12-03)%s",
+      "%s: floor(%g headroom * %g s of audio per second per vCPU * %d vCPUs) = %d stream slots, from the onnx warm-up throughput of %g s/s on %d vCPUs of the ml.c7i CPU generation (2026-12-03); %s%s",
       contains(local.onnx_measured_families, local.instance_family) ? "derived" : "extrapolated",
-      local.stream_headroom, local.onnx_throughput_per_vcpu, local.instance_vcpus, local.derived_target,
-      local.onnx_measured_throughput, local.onnx_measured_vcpus,
+      local.stream_headroom, local.onnx_throughput_per_vcpu, local.instance_vcpus, local.stream_slots,
+      local.onnx_measured_throughput, local.onnx_measured_vcpus, local.headroom_basis,
       contains(local.onnx_measured_families, local.instance_family) ? "" : format("; ml.%s has another CPU: check the endpoint's \"stream slots\" log line", local.instance_family),
     )
   )

@@ -90,7 +90,7 @@ variable "enable_autoscaling" {
 }
 
 variable "target_concurrent_requests_per_model" {
-  description = "Override of the autoscaling target (SageMakerVariantConcurrentRequestsPerModelHighResolution: open requests, i.e. TTS sessions, per instance's container before another instance is added). null: derived from instance_type (capacity.tf): the stream slots the server computes on a CPU type, a labelled estimate (16) on a GPU type."
+  description = "Override of the autoscaling target (SageMakerVariantConcurrentRequestsPerModelHighResolution: open requests, i.e. TTS sessions, per instance's container before another instance is added). null: derived from instance_type (capacity.tf): below the stream slots the server computes there (measured on a CPU type, from make gpu-check or a labelled estimate on a GPU type) by a headroom for the load's fluctuation."
   type        = number
   default     = null
 
@@ -103,6 +103,20 @@ variable "target_concurrent_requests_per_model" {
   validation {
     condition     = var.target_concurrent_requests_per_model != null || !var.enable_autoscaling || local.derived_target != null
     error_message = "No autoscaling target is derived for ${var.instance_type} (no vCPU count in capacity.tf): set target_concurrent_requests_per_model."
+  }
+}
+
+variable "gpu_stream_slots" {
+  description = "The stream slots `make gpu-check` measured (bench/results/gpu.json, streams.batched.slots) and where they come from; used on a GPU instance type. null: an estimate (capacity.tf)."
+  type = object({
+    slots  = number
+    source = string
+  })
+  default = null
+
+  validation {
+    condition     = var.gpu_stream_slots == null ? true : var.gpu_stream_slots.slots >= 1 && floor(var.gpu_stream_slots.slots) == var.gpu_stream_slots.slots
+    error_message = "gpu_stream_slots.slots must be a whole number of at least 1."
   }
 }
 

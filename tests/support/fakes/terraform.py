@@ -17,6 +17,8 @@ What it answers:
   holds the outputs and the resources' types only.
 
 $FAKE_TF_FAIL="<root> <command>" (e.g. "shared apply") makes that call fail.
+$FAKE_TF_FAIL_ONCE="<root> <command>: <message>" makes the first such call fail with that message on stderr (as
+CloudFormation's error reaches terraform's output), the later ones do their work.
 """
 
 from __future__ import annotations
@@ -197,6 +199,11 @@ def main(argv: list[str]) -> None:
     log_call(name, args)
     if os.environ.get("FAKE_TF_FAIL") == f"{name} {args[0]}":
         sys.exit("fake terraform: failing as asked")
+    call, _, message = os.environ.get("FAKE_TF_FAIL_ONCE", "").partition(": ")
+    failed_once = Path(os.environ["FAKE_LOG"] + ".failed-once")
+    if call == f"{name} {args[0]}" and not failed_once.exists():
+        failed_once.touch()
+        sys.exit(f"Error: {message}")
     if args[0] == "version":
         print(json.dumps({"terraform_version": os.environ.get("FAKE_TF_VERSION", "1.11.4"), "platform": "linux_amd64"}))
         sys.exit(0)
