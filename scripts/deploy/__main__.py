@@ -149,6 +149,7 @@ def cmd_base_image(args: argparse.Namespace) -> int:
 
 def cmd_tfvars(args: argparse.Namespace) -> int:
     from .gpu_slots import GPU_RESULTS, measured_gpu_slots
+    from .instances import is_gpu_instance
     from .tfvars import (
         SHARED_OUTPUTS,
         DeploymentSettings,
@@ -176,6 +177,11 @@ def cmd_tfvars(args: argparse.Namespace) -> int:
     variables = deployment_variables(shared, args.tts_image, args.agent_image, settings)
     if "gpu_stream_slots" in variables:
         print(f"  autoscaling from {variables['gpu_stream_slots']['source']}")
+    elif gpu_slots is not None and is_gpu_instance(args.instance_type):
+        print(
+            f"  make gpu-check measured {gpu_slots.gpu}, not {args.instance_type}'s GPU: the autoscaling target "
+            "stays the module's estimate (run make gpu-check on that GPU, or read the endpoint's stream slots log line)"
+        )
     if live is not None:
         print(
             f"  the endpoint runs {live} instance(s) now: a new configuration starts with "

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import DeployError
+from .instances import instance_gpu
 
 GPU_RESULTS = Path("bench/results/gpu.json")
 
@@ -22,6 +23,12 @@ class GpuResultsError(DeployError):
 class GpuSlots:
     slots: int
     source: str  # what ran where, for autoscaling_target_source
+    gpu: str  # the GPU it ran on, as torch names it ("NVIDIA H200")
+
+    def measured_on(self, instance_type: str) -> bool:
+        """Whether these slots were measured on the GPU ``instance_type`` carries (instances.GPU_OF_FAMILY)."""
+        model = instance_gpu(instance_type)
+        return model is not None and model.lower() in self.gpu.lower().split()
 
     def variable(self) -> dict[str, Any]:
         """The deployment root's gpu_stream_slots."""
@@ -48,5 +55,6 @@ def measured_gpu_slots(path: Path) -> GpuSlots | None:
     batch = batched.get("batch")
     return GpuSlots(
         slots=slots,
+        gpu=gpu,
         source=f"make gpu-check on {gpu}: {slots} stream slots with batches of {batch} ({path.as_posix()})",
     )

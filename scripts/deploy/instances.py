@@ -42,6 +42,28 @@ def is_gpu_instance(instance_type: str) -> bool:
     return family[:1] in ("g", "p") and family[1:2].isdigit()
 
 
+# The NVIDIA GPU of each GPU family the provider accepts (AWS's instance type pages): `make gpu-check`'s stream slots
+# count for a type only when they were measured on its GPU; an H200's would overload an A10G.
+GPU_OF_FAMILY = {
+    "g4dn": "T4",
+    "g5": "A10G",
+    "g6": "L4",
+    "g6e": "L40S",
+    "p2": "K80",
+    "p3": "V100",
+    "p4d": "A100",
+    "p4de": "A100",
+    "p5": "H100",
+    "p5e": "H200",
+    "p5en": "H200",
+}
+
+
+def instance_gpu(instance_type: str) -> str | None:
+    """The NVIDIA GPU model of a GPU instance type ("A10G" for ml.g5.xlarge); None for a CPU or unknown family."""
+    return GPU_OF_FAMILY.get(instance_type.removeprefix("ml.").split(".", 1)[0])
+
+
 def tts_build(instance_type: str) -> tuple[str, str]:
     """(BACKEND, DEVICE) of the TTS image for the instance type: the torch backend needs CUDA, every other
     instance type runs the onnx backend on its CPUs (container/Dockerfile's build arguments)."""

@@ -17,7 +17,7 @@ from typing import Any
 from .ecr import DIGEST, EcrError, Repository
 from .errors import DeployError
 from .gpu_slots import GpuSlots
-from .instances import instance_type_problem, is_gpu_instance
+from .instances import instance_type_problem
 
 SHARED_OUTPUTS = (
     "region",
@@ -127,7 +127,7 @@ def deployment_variables(
         "min_instance_count": settings.min_instances,
         "max_instance_count": settings.max_instances,
     }
-    if settings.gpu_slots is not None and is_gpu_instance(settings.instance_type):
+    if settings.gpu_slots is not None and settings.gpu_slots.measured_on(settings.instance_type):
         variables["gpu_stream_slots"] = settings.gpu_slots.variable()
     return variables
 

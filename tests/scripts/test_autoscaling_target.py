@@ -180,7 +180,7 @@ def test_the_gpu_slots_come_from_make_gpu_checks_report(tmp_path: Path) -> None:
     assert measured_gpu_slots(tmp_path / "gpu.json") is None  # gpu-check has not run: the module's estimate
     measured = measured_gpu_slots(gpu_report(tmp_path / "gpu.json"))
     assert measured == GpuSlots(
-        40, f"make gpu-check on NVIDIA H200: 40 stream slots with batches of 8 ({tmp_path}/gpu.json)"
+        40, f"make gpu-check on NVIDIA H200: 40 stream slots with batches of 8 ({tmp_path}/gpu.json)", "NVIDIA H200"
     )
     # gpu-check's CPU run tests the check itself: no GPU figure.
     assert measured_gpu_slots(gpu_report(tmp_path / "cpu.json", device="cpu", slots=3)) is None
@@ -195,6 +195,18 @@ def test_a_gpu_report_without_a_slot_count_stops_the_deploy(tmp_path: Path, slot
     (tmp_path / "gpu.json").write_text("{}")
     with pytest.raises(GpuResultsError, match="is not a make gpu-check report"):
         measured_gpu_slots(tmp_path / "gpu.json")
+
+
+def test_every_gpu_family_the_provider_accepts_names_its_gpu() -> None:
+    from scripts.deploy.instances import instance_gpu, is_gpu_instance, provider_instance_types
+
+    gpu_types = [name for name in provider_instance_types() if is_gpu_instance(name)]
+    assert gpu_types and all(instance_gpu(name) for name in gpu_types)
+    assert (instance_gpu("ml.g5.xlarge"), instance_gpu("ml.p5e.48xlarge"), instance_gpu("ml.c7i.large")) == (
+        "A10G",
+        "H200",
+        None,
+    )
 
 
 def test_the_committed_gpu_report_if_any_is_one_the_deploy_reads() -> None:
@@ -221,8 +233,12 @@ def test_the_var_file_carries_the_measured_slots_on_a_gpu_type_only(tmp_path: Pa
     }
     measured = measured_gpu_slots(gpu_report(tmp_path / "gpu.json"))
     images = (f"{TTS_REPO}@{DIGEST_A}", f"{AGENT_REPO}@{DIGEST_B}")
-    on_gpu = deployment_variables(shared, *images, DeploymentSettings(MODEL_ID, "ml.g5.xlarge", gpu_slots=measured))
+    on_h200 = DeploymentSettings(MODEL_ID, "ml.p5e.48xlarge", gpu_slots=measured)
+    on_gpu = deployment_variables(shared, *images, on_h200)
     assert on_gpu["gpu_stream_slots"] == {"slots": 40, "source": measured.source if measured else None}
+    # Measured on an H200, not an A10G: ml.g5 keeps the labelled estimate, never a faster GPU's slots.
+    on_a10g = deployment_variables(shared, *images, DeploymentSettings(MODEL_ID, "ml.g5.xlarge", gpu_slots=measured))
+    assert "gpu_stream_slots" not in on_a10g
     on_cpu = deployment_variables(shared, *images, DeploymentSettings(MODEL_ID, "ml.c7i.xlarge", gpu_slots=measured))
     assert "gpu_stream_slots" not in on_cpu
     unmeasured = deployment_variables(shared, *images, DeploymentSettings(MODEL_ID, "ml.g5.xlarge"))
