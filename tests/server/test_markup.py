@@ -225,3 +225,9 @@ async def test_literal_reads_the_markup_as_written_on_every_front_door(server: R
                     break
             sizes[query] = size
     assert sizes["&literal=true"] > sizes[""] + 0.4 * 48000, sizes
+
+
+def test_digits_written_as_character_references_count_against_the_digit_cap(server: RunningServer) -> None:
+    """``&#49;`` is read as "1": a 101-digit number written so is refused as one written in digits is."""
+    response = httpx.post(f"{server.base_url}/invocations", json={"text": "&#49;" * 101}, timeout=60)
+    assert response.status_code == 400 and response.json()["error"]["code"] == "number_too_long", response.text

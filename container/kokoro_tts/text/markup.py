@@ -35,6 +35,7 @@ __all__ = ["held_from", "speakable_markup", "spoken"]
 
 # The characters where a construct can start; everything between them is copied as it is.
 _SPECIAL = re.compile(r"[\\`*_~#\[\]!<&|\n]")
+_NUMERIC_REFERENCE = re.compile(r"&#(?:[0-9]{1,7}|[xX][0-9A-Fa-f]{1,6});")
 _ENTITY = re.compile(r"&(?:#[0-9]{1,7}|#[xX][0-9A-Fa-f]{1,6}|[A-Za-z][A-Za-z0-9]{1,31});")
 # Attributes run to the tag's end: [^<>]* stops at the next "<", so the attempts at each "<" cover the text once.
 _TAG = re.compile(r"<(/?)([A-Za-z][A-Za-z0-9-]{0,31})(?:\s[^<>]*)?/?>")
@@ -131,9 +132,10 @@ def spoken(text: str) -> tuple[str, TextMap]:
 
 
 def speakable_markup(text: str) -> str:
-    """``text`` with its character references decoded, as the checks made before the reading count it (a number
-    written as ``&#49;&#50;`` is read as digits): a loop of C unless the text holds references."""
-    return _ENTITY.sub(lambda m: html.unescape(m.group()), text) if "&" in text else text
+    """``text`` with its numeric character references decoded, for the checks made on the event loop before the
+    reading (a number written ``&#49;&#50;`` is read as digits, and the digit cap must count them): a search in C
+    unless the text holds such references (no named reference is a digit)."""
+    return _NUMERIC_REFERENCE.sub(lambda m: html.unescape(m.group()), text) if "&#" in text else text
 
 
 def _line_start(reading: _Reading, i: int) -> int:
