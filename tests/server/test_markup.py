@@ -53,7 +53,7 @@ READ = [
 UNCHANGED = [
     "Hello there, friend. How are you?",
     "snake_case_name and a_b_c stay",
-    "2 * 3 is 6",
+    "2 * 3 is 6 and 5*3 is 15",
     "C# and F# and issue #12",
     "a < b and c > d",
     "Tom & Jerry; AT&T",

@@ -7,7 +7,7 @@ person reading aloud says the words and lets the markup shape the reading:
 - headings, list bullets and block-quote markers are silent, and the line they start ends as a sentence does;
   numbered list items keep their number ("1. Preheat" is read "one. Preheat")
 - emphasis (``*x*``, ``**x**``, ``_x_``, ``~~x~~``) and code-span backticks are silent, their words read;
-  a lone ``*`` between spaces ("2 * 3") and ``_`` inside a word (snake_case) stay as written
+  a lone ``*`` between spaces or digits ("2 * 3", "5*3") and ``_`` inside a word (snake_case) stay as written
 - fenced-code fence lines (```` ```python ````), rules (``---``), table delimiter rows and link reference
   definitions are silent; a code block's lines are read as they are
 - links and images read their text (``[the docs](url)`` is "the docs"); ``<https://…>`` reads the address
@@ -214,8 +214,8 @@ def _marker_run(reading: _Reading, i: int) -> int:
         silent = not (before.isalnum() and after.isalnum()) and not (spaced_before and spaced_after)
     elif ch == "~":
         silent = end - i >= 2 and not (spaced_before and spaced_after)
-    else:  # "*"
-        silent = not (spaced_before and spaced_after)
+    else:  # "*": "2 * 3" and "5*3" are arithmetic
+        silent = not (spaced_before and spaced_after) and not (before.isdigit() and after.isdigit())
     if silent:
         reading.skip(i, end)
     return end
