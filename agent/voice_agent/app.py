@@ -17,12 +17,13 @@ from opentelemetry import trace
 from starlette.middleware import Middleware
 from starlette.routing import Route
 from strands import Agent
+from strands.types.exceptions import MaxTokensReachedException
 
 from . import metrics
 from .events import ErrorCode, Event, Events
 from .hangup import Hangup, HangupMiddleware, hangup_of, until_hangup
 from .models import BuiltModel, ModelUnavailable, build_model
-from .pipeline import PipelineOptions, TextSource, run_batch, run_bidi
+from .pipeline import PipelineOptions, TextSource, TokenLimitReached, run_batch, run_bidi
 from .request import BodyGuard, RequestError, VoiceRequest, parse_request
 from .settings import AgentSettings
 
@@ -33,10 +34,13 @@ def agent_text(agent: Agent, prompt: str) -> TextSource:
     """The agent's reply as text deltas (the ``data`` of Strands' text stream events)."""
 
     async def deltas(cancel: threading.Event) -> AsyncIterator[str]:
-        async for event in agent.stream_async(prompt, cancel_signal=cancel):
-            data = event.get("data")
-            if isinstance(data, str) and "delta" in event:
-                yield data
+        try:
+            async for event in agent.stream_async(prompt, cancel_signal=cancel):
+                data = event.get("data")
+                if isinstance(data, str) and "delta" in event:
+                    yield data
+        except MaxTokensReachedException as exc:  # Strands' word for a reply cut at max_tokens
+            raise TokenLimitReached(str(exc)) from exc
 
     return deltas
 

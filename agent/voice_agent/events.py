@@ -1,7 +1,8 @@
 """The events the agent streams to its caller (one SSE ``data:`` line each), and the metrics they add up to.
 
 Every event is a JSON object with ``type`` and ``t_ms``, milliseconds since ``agent_start``. A reply ends with
-exactly one of ``agent_end`` (success) or ``error`` (with a stable ``code``); nothing follows either.
+exactly one of ``agent_end`` (success; ``truncated`` when the LLM stopped at its token limit, the reply spoken up
+to the cut) or ``error`` (with a stable ``code``); nothing follows either.
 """
 
 from __future__ import annotations
@@ -73,8 +74,8 @@ class Events:
             event["skipped"] = skipped  # the server's code: the sentence had nothing speakable
         return event
 
-    def agent_end(self, metrics: Metrics) -> Event:
-        return self._event("agent_end", metrics=metrics.as_dict(self.clock.ms()))
+    def agent_end(self, metrics: Metrics, truncated: bool = False) -> Event:
+        return self._event("agent_end", truncated=truncated, metrics=metrics.as_dict(self.clock.ms()))
 
     def error(self, code: ErrorCode | TransportCode, message: str, **extra: Any) -> Event:
         return self._event("error", code=str(code), message=message, **{k: v for k, v in extra.items() if v})

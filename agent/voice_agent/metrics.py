@@ -100,6 +100,7 @@ class Reply:
             self._until_audio.end()
         elif kind == "agent_end":
             self.outcome = "completed"
+            self.span.set_attribute("voice_agent.truncated", bool(event.get("truncated")))
             for key, value in event["metrics"].items():
                 if isinstance(value, int | float):
                     self.span.set_attribute(f"voice_agent.{key}", value)

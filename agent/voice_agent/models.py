@@ -29,6 +29,7 @@ def build_model(settings: AgentSettings, model_id: str | None = None) -> BuiltMo
         model = ScriptedModel(
             ttft_s=settings.scripted_ttft_s,
             tokens_per_s=settings.scripted_tokens_per_s,
+            max_tokens=settings.max_tokens,
             **({"reply": settings.scripted_reply} if settings.scripted_reply else {}),
         )
         return BuiltModel(model, SIMULATED_NAME)

@@ -48,8 +48,14 @@ log = logging.getLogger(__name__)
 
 
 # The LLM's reply as text deltas. The Event is set when the caller goes away, for providers that stream in a
-# thread (Bedrock): cancelling the task alone would not stop them.
+# thread (Bedrock): cancelling the task alone would not stop them. A source whose LLM stopped at its token limit
+# ends by raising ``TokenLimitReached``.
 TextSource = Callable[[threading.Event], AsyncIterator[str]]
+
+
+class TokenLimitReached(Exception):
+    """The LLM stopped at its token limit: what it wrote is the reply, cut short (spoken, then an ``agent_end``
+    flagged ``truncated``), not a failure."""
 
 
 @dataclass(frozen=True)
@@ -98,6 +104,7 @@ class _Run:
         self.cancel = threading.Event()
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._producers: list[str] = []
+        self.truncated = False  # the LLM stopped at its token limit
 
     def start(self, name: str, work: Coroutine[Any, Any, None]) -> None:
         self._tasks[name] = asyncio.create_task(self._guard(name, work), name=f"voice-{name}")
@@ -130,7 +137,7 @@ class _Run:
             else:
                 self.metrics.observe(item)
                 yield item
-        yield self.events.agent_end(self.metrics)
+        yield self.events.agent_end(self.metrics, truncated=self.truncated)
 
     async def aclose(self) -> None:
         self.cancel.set()
@@ -156,6 +163,9 @@ class _Run:
                     ErrorCode.LLM_TIMEOUT, f"the LLM sent nothing for {self.options.llm_idle_timeout_s:g} s"
                 ) from None
             if item is None:
+                return
+            if isinstance(item, TokenLimitReached):  # the reply ends here, as written so far
+                self.truncated = True
                 return
             if isinstance(item, BaseException):
                 raise _Fail(ErrorCode.LLM_FAILED, f"the LLM stream failed: {type(item).__name__}: {item}") from item
@@ -370,7 +380,8 @@ async def _batch(run: _Run, source: TextSource, batch: BatchTTS) -> None:
     async for delta in run.llm_text(source):
         parts.append(delta)
         await run.post(events.text_delta(delta))
-    text = " ".join("".join(parts).split())
+    # Spaces collapsed, lines kept: a markdown heading or list item is read as its own line (the server's markup.py).
+    text = "\n".join(" ".join(line.split()) for line in "".join(parts).splitlines() if line.strip())
     if not text:
         return
     # The whole reply is the one utterance: sentence 0.

@@ -22,6 +22,7 @@ from typing import Any, TypedDict, TypeVar
 from pydantic import BaseModel
 from strands.models.model import Model
 from strands.types.content import Messages
+from strands.types.event_loop import StopReason
 from strands.types.streaming import StreamEvent
 from strands.types.tools import ToolSpec
 
@@ -53,6 +54,7 @@ class ScriptedConfig(TypedDict, total=False):
     tokens_per_s: float
     jitter: float  # each gap is 1/tokens_per_s times a factor in [1 - jitter, 1 + jitter]
     fail_after_tokens: int | None  # raise ScriptedModelError after this many tokens (fault injection)
+    max_tokens: int | None  # stop after this many tokens, as a provider does at its limit (AGENT_MAX_TOKENS)
     seed: int
 
 
@@ -79,6 +81,7 @@ class ScriptedModel(Model):
             "tokens_per_s": 15.0,
             "jitter": 0.3,
             "fail_after_tokens": None,
+            "max_tokens": None,
             "seed": 0,
         }
         self.update_config(**config)
@@ -91,6 +94,8 @@ class ScriptedModel(Model):
             raise ValueError(f"unknown ScriptedModel settings: {sorted(unknown)}")
         if model_config.get("tokens_per_s", 1.0) <= 0:
             raise ValueError("tokens_per_s must be > 0")
+        if (limit := model_config.get("max_tokens")) is not None and limit < 1:
+            raise ValueError("max_tokens must be >= 1")
         self.config.update(model_config)  # type: ignore[typeddict-item]
 
     def get_config(self) -> ScriptedConfig:
@@ -103,6 +108,8 @@ class ScriptedModel(Model):
     def expected_duration_s(self) -> float:
         """The reply's nominal length: time to first token plus one gap per later token."""
         n = len(tokenize(self.config["reply"]))
+        if (limit := self.config["max_tokens"]) is not None:
+            n = min(n, limit)
         return self.config["ttft_s"] + max(n - 1, 0) / self.config["tokens_per_s"]
 
     async def structured_output(
@@ -123,6 +130,12 @@ class ScriptedModel(Model):
         config = self.config
         rng = random.Random(config["seed"])
         tokens = tokenize(config["reply"])
+        # At the limit a provider stops mid-reply and says why: Bedrock's stopReason "max_tokens", OpenAI's
+        # finish_reason "length" (which Strands reports as "max_tokens"); Strands then raises
+        # MaxTokensReachedException.
+        limit = config["max_tokens"]
+        stop_reason: StopReason = "max_tokens" if limit is not None and len(tokens) > limit else "end_turn"
+        tokens = tokens[:limit] if limit is not None else tokens
         gap = 1.0 / config["tokens_per_s"]
         record = StreamRecord(started=time.monotonic())
         with self._lock:
@@ -144,7 +157,7 @@ class ScriptedModel(Model):
                 record.tokens_sent += 1
                 due += gap * (1 + config["jitter"] * (2 * rng.random() - 1))
             yield {"contentBlockStop": {}}
-            yield {"messageStop": {"stopReason": "end_turn"}}
+            yield {"messageStop": {"stopReason": stop_reason}}
             yield {
                 "metadata": {
                     "usage": {"inputTokens": 0, "outputTokens": len(tokens), "totalTokens": len(tokens)},

@@ -22,6 +22,8 @@ def request_body(text: str, options: SessionOptions) -> dict[str, Any]:
         body["voice"] = options.voice
     if options.speed is not None:
         body["speed"] = options.speed
+    if options.literal:
+        body["literal"] = True
     return body
 
 

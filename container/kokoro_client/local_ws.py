@@ -48,6 +48,8 @@ class LocalWSSession:
             message["voice"] = options.voice
         if options.speed is not None:
             message["speed"] = options.speed
+        if options.literal:
+            message["literal"] = True
         await self._send(message)
 
     async def send_text(self, text: str, utterance_id: str) -> None:

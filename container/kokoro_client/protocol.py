@@ -42,6 +42,7 @@ class Synthesize:
     voice: object = None
     speed: object = None
     sample_rate: object = None
+    literal: object = None  # true: markup is read as written; None: the session's default
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,7 @@ class Config:
     format: object = _UNSET
     sample_rate: object = _UNSET
     word_timestamps: object = _UNSET
+    literal: object = _UNSET
 
 
 @dataclass(frozen=True)
@@ -283,6 +285,7 @@ def _command(message: dict[str, Any]) -> Command:
             voice=message.get("voice"),
             speed=message.get("speed"),
             sample_rate=message.get("sample_rate"),
+            literal=message.get("literal"),
         )
     if kind == "config":
         return Config(
@@ -291,6 +294,7 @@ def _command(message: dict[str, Any]) -> Command:
             format=message.get("format", _UNSET),
             sample_rate=message.get("sample_rate", _UNSET),
             word_timestamps=message.get("word_timestamps", _UNSET),
+            literal=message.get("literal", _UNSET),
         )
     if kind == "cancel":
         return Cancel(id=_utterance_id(message.get("id")))

@@ -127,7 +127,12 @@ class SageMakerBidiTransport:
             raise transport_error(e, opened=False) from e
         session = SageMakerBidiSession(stream, http, call)
         if options != SessionOptions():
-            config = {"voice": options.voice, "speed": options.speed, "format": options.format}
+            config = {
+                "voice": options.voice,
+                "speed": options.speed,
+                "format": options.format,
+                "literal": options.literal or None,
+            }
             await session.send_json({"type": "config", **{k: v for k, v in config.items() if v is not None}})
         return session
 

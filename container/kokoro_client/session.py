@@ -76,6 +76,7 @@ class SessionOptions:
     voice: str | None = None
     speed: float | None = None
     format: str = "pcm"
+    literal: bool = False  # markup (markdown, HTML) read as written rather than as a person reads it
 
 
 class TTSSession(Protocol):

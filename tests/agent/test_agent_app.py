@@ -28,9 +28,9 @@ from support.eventually import eventually
 from support.inproc_server import RunningServer
 from support.listener import WhisperListener, word_errors
 from voice_agent.events import Event
-from voice_agent.scripted_model import SIMULATED_NAME
+from voice_agent.scripted_model import SIMULATED_NAME, tokenize
 
-from scripts.speech import rms
+from scripts.speech import rms, words
 from scripts.sse import post_sse
 
 pytestmark = pytest.mark.slow
@@ -75,6 +75,7 @@ def test_a_reply_is_well_formed_speech(replies: dict[str, list[Event]], mode: st
     assert events[0]["type"] == "agent_start", events[0]
     assert events[0]["mode"] == mode and events[0]["model"] == SIMULATED_NAME
     assert events[-1]["type"] == "agent_end", events[-1]
+    assert events[-1]["truncated"] is False
     assert not [e for e in events if e["type"] == "error"]
     assert text_of(events) == TEST_REPLY
     times = [e["t_ms"] for e in events]
@@ -124,6 +125,33 @@ async def test_bad_requests_end_in_one_error_event(agent: AgentServer, payload: 
     events = await invoke(agent.url, payload, timeout_s=10)
     assert types(events) == ["error"] and events[0]["code"] == code
     assert len(json.dumps(events[0])) < 600, events[0]
+
+
+# A reply as a hosted LLM writes it: markdown split across tokens, a word in sub-word pieces, cut at the limit.
+MARKDOWN_REPLY = (
+    "## Quick answer\nWait *ten* seconds, then press the **green** button. "
+    "Unfortunately the door opens slowly, so please be patient with it."
+)
+WRITTEN = "Quick answer. Wait ten seconds, then press the green button. Unfortunately the door opens slowly"
+
+
+@pytest.mark.parametrize("mode", ["bidi", "batch"])
+async def test_a_reply_cut_at_the_token_limit_is_spoken_up_to_the_cut_and_flagged_truncated(
+    server: RunningServer, mode: str
+) -> None:
+    tokens = tokenize(MARKDOWN_REPLY)
+    limit = next(n for n in range(len(tokens)) if "".join(tokens[:n]).endswith("slowly"))
+    assert " Unfortunat" in tokens and "**" not in tokens  # sub-word pieces; markdown split across tokens
+    model = make_model(reply=MARKDOWN_REPLY, max_tokens=limit, **FAST)
+    with AgentServer(agent_settings(server.base_url), model).running() as agent_:
+        events = await invoke(agent_.url, {"prompt": "How do I get in?", "mode": mode}, timeout_s=60)
+    assert events[-1]["type"] == "agent_end" and events[-1]["truncated"] is True, events[-1]
+    assert not [e for e in events if e["type"] == "error"]
+    assert text_of(events) == "".join(tokens[:limit])
+    heard = WhisperListener.shared().transcribe(pcm_of(events))
+    errors, words_ = word_errors(WRITTEN, heard)
+    assert errors <= words_ // 10, f"{errors}/{words_} words wrong in {heard!r}"
+    assert not {"hash", "asterisk", "asterisks", "star"} & set(words(heard)), heard
 
 
 @pytest.mark.parametrize("mode", ["bidi", "batch"])

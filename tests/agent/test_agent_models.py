@@ -143,3 +143,29 @@ def test_the_default_reply_is_five_sentences_as_the_docs_say() -> None:
     assert len(sentences) == 5, sentences
     assert "five-sentence" in (REPO / "README.md").read_text()
     assert "5-sentence reply" in (REPO / "docs" / "agent.md").read_text()
+
+
+async def test_at_its_token_limit_the_model_stops_as_providers_do_and_strands_says_so() -> None:
+    """AGENT_MAX_TOKENS reaches the scripted model, which stops where a provider would, with the stop reason
+    Strands' own OpenAI provider makes of finish_reason "length" (Bedrock sends it as is): Strands then raises
+    MaxTokensReachedException, which the agent's text source turns into the pipeline's TokenLimitReached."""
+    from strands.models.openai import OpenAIModel
+    from voice_agent.pipeline import TokenLimitReached
+
+    openai_stop = OpenAIModel(model_id="m").format_chunk({"chunk_type": "message_stop", "data": "length"})
+    model = build_model(AgentSettings(model="scripted", scripted_ttft_s=0.0, max_tokens=5)).model
+    assert isinstance(model, ScriptedModel) and model.get_config()["max_tokens"] == 5
+    model.update_config(tokens_per_s=200.0)
+    events = [event async for event in model.stream([])]
+    assert [e for e in events if "messageStop" in e] == [openai_stop] == [{"messageStop": {"stopReason": "max_tokens"}}]
+    deltas: list[str] = []
+    with pytest.raises(TokenLimitReached):
+        async for delta in agent_text(Agent(model=model, callback_handler=None), "hi")(threading.Event()):
+            deltas.append(delta)
+    assert "".join(deltas) == "".join(tokenize(DEFAULT_REPLY)[:5])
+    # A reply within the limit ends as before.
+    model.update_config(max_tokens=len(tokenize(DEFAULT_REPLY)))
+    events = [event async for event in model.stream([])]
+    assert [e for e in events if "messageStop" in e] == [{"messageStop": {"stopReason": "end_turn"}}]
+    with pytest.raises(ValueError):
+        ScriptedModel(max_tokens=0)

@@ -15,6 +15,7 @@ from kokoro_client.errors import ErrorCode, TTSError, quoted
 
 from kokoro_tts.engine.voices import Voice, VoiceBank
 from kokoro_tts.settings import Settings
+from kokoro_tts.text import markup
 from kokoro_tts.text.normalize import longest_number, normalize
 from kokoro_tts.text.phonemes import Phonemizer, clean_text_mapped, kept_characters
 from kokoro_tts.text.text_map import TextMap
@@ -36,12 +37,14 @@ class SpeechRequest:
     sent: str  # the text the client sent (word timings point into it)
     voice: Voice
     speed: float
+    literal: bool = False  # markup is read as written (the client's option), not as a person reads it
 
     @cached_property
     def _prepared(self) -> tuple[str, TextMap]:
-        cleaned, cleaned_map = clean_text_mapped(self.sent)
+        read, read_map = (self.sent, TextMap.identity(len(self.sent))) if self.literal else markup.spoken(self.sent)
+        cleaned, cleaned_map = clean_text_mapped(read)
         spoken, spoken_map = normalize(cleaned, self.voice.lang)
-        return spoken, cleaned_map.then(spoken_map)
+        return spoken, read_map.then(cleaned_map).then(spoken_map)
 
     def prepare(self) -> SpeechRequest:
         """Makes the spoken text now (blocking: a worker thread's job)."""
@@ -50,7 +53,7 @@ class SpeechRequest:
 
     @property
     def text(self) -> str:
-        """What is spoken: the client's text cleaned and normalized (normalize.py)."""
+        """What is spoken: the client's text with its markup read (markup.py), cleaned and normalized (normalize.py)."""
         return self._prepared[0]
 
     @property
@@ -67,6 +70,13 @@ def speed_within(speed: object, lo: float, hi: float) -> float:
     return float(speed)
 
 
+def literal_option(value: object) -> bool:
+    """The ``literal`` option (every route and session has it): true, false, or None for its default, false."""
+    if value is not None and not isinstance(value, bool):
+        raise TTSError(ErrorCode.INVALID_MESSAGE, f"'literal' must be true or false, not {quoted(value)}.")
+    return bool(value)
+
+
 class RequestRules:
     """The server's limits on what it is asked to say: text length and content, the voices it has, the speeds the
     model speaks at."""
@@ -76,8 +86,11 @@ class RequestRules:
         self._voices = voices
         self._phonemizer = phonemizer
 
-    def speech(self, text: object, voice: object | None, speed: object | None) -> SpeechRequest:
-        """Validate a client's fields; raises ``TTSError`` naming the first bad one."""
+    def speech(
+        self, text: object, voice: object | None, speed: object | None, *, literal: object = False
+    ) -> SpeechRequest:
+        """Validate a client's fields; raises ``TTSError`` naming the first bad one. ``literal``: the client's option
+        to have markup read as written (markup.py); None is its default, false."""
         if text is None:
             raise TTSError(ErrorCode.MISSING_TEXT, "The request has no 'text' to speak.")
         if not isinstance(text, str):
@@ -97,14 +110,15 @@ class RequestRules:
                 ErrorCode.NOTHING_TO_SPEAK,
                 "'text' holds only characters that are not read aloud (emoji, control characters).",
             )
-        if longest_number(kept) > MAX_NUMBER_DIGITS:
+        literal = literal_option(literal)
+        if longest_number(kept if literal else markup.speakable_markup(kept)) > MAX_NUMBER_DIGITS:
             raise TTSError(
                 ErrorCode.NUMBER_TOO_LONG,
                 f"'text' holds a number of more than {MAX_NUMBER_DIGITS} digits; "
                 "write long digit strings in groups separated by spaces.",
             )
         resolved = self.voice(self._settings.default_voice if voice is None else voice)
-        return SpeechRequest(text, resolved, self.speed(speed))
+        return SpeechRequest(text, resolved, self.speed(speed), literal)
 
     def voice(self, spec: object) -> Voice:
         """Resolve a voice or blend this server can speak, or raise ``TTSError``."""

@@ -143,7 +143,9 @@ def speech_body(engine: TTSEngine, fields: dict[str, Any]) -> SpeechBody:
     _check_model(model)
     speed = speed_within(fields.get("speed", 1.0), MIN_SPEED, MAX_SPEED)  # OpenAI's range: wider than the model's
     model_speed, tempo = split_speed(speed, engine.settings.min_speed, engine.settings.max_speed)
-    speech = engine.rules.speech(fields.get("input"), voice_spec(fields.get("voice")), model_speed)
+    speech = engine.rules.speech(
+        fields.get("input"), voice_spec(fields.get("voice")), model_speed, literal=fields.get("literal")
+    )
     fmt = audio_format(fields.get("response_format", "mp3"))
     rate = output_rate(fmt, fields.get("sample_rate"))
     input_chars = len(speech_input) if isinstance(speech_input := fields.get("input"), str) else 0

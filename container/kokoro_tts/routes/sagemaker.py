@@ -91,7 +91,9 @@ class Invocation:
 
     @classmethod
     def parse(cls, engine: TTSEngine, fields: dict[str, Any]) -> Invocation:
-        speech = engine.rules.speech(fields.get("text"), fields.get("voice"), fields.get("speed"))
+        speech = engine.rules.speech(
+            fields.get("text"), fields.get("voice"), fields.get("speed"), literal=fields.get("literal")
+        )
         fmt = audio_format(fields.get("format", "pcm"))
         return cls(speech, fmt, output_rate(fmt, fields.get("sample_rate")))
 

@@ -33,6 +33,7 @@ from kokoro_client.protocol import (
 
 from kokoro_tts import metrics
 from kokoro_tts.audio.encoding import AudioFormat, audio_format, output_rate
+from kokoro_tts.engine.requests import literal_option
 from kokoro_tts.sessions.core import Session, Spoken, Utterance
 
 
@@ -43,6 +44,7 @@ class _Defaults:
     format: AudioFormat = field(default_factory=lambda: audio_format("pcm"))
     sample_rate: object = None  # None: the format's own default (24 kHz; 8 kHz for mulaw and alaw)
     word_timestamps: bool = False
+    literal: bool = False
 
 
 class BidiDialect:
@@ -99,6 +101,7 @@ class BidiDialect:
             command.text,
             command.voice if command.voice is not None else self._defaults.voice,
             command.speed if command.speed is not None else self._defaults.speed,
+            literal=command.literal if command.literal is not None else self._defaults.literal,
         )
         session.enqueue(Utterance(utterance_id, request, fmt, rate, self._defaults.word_timestamps))
 
@@ -121,7 +124,8 @@ class BidiDialect:
             if command.word_timestamps is not None and not isinstance(command.word_timestamps, bool):
                 raise TTSError(ErrorCode.INVALID_MESSAGE, "'word_timestamps' must be true or false.")
             word_timestamps = bool(command.word_timestamps)
-        self._defaults = _Defaults(voice, speed, fmt, rate, word_timestamps)
+        literal = literal_option(command.literal) if is_set(command.literal) else self._defaults.literal
+        self._defaults = _Defaults(voice, speed, fmt, rate, word_timestamps, literal)
 
     # --- the session's events --------------------------------------------------------------------------------
 

@@ -46,6 +46,7 @@ from kokoro_client.errors import ErrorCode, TTSError, quoted
 from kokoro_client.protocol import WordTiming
 
 from kokoro_tts.audio.encoding import AudioFormat, audio_format, output_rate
+from kokoro_tts.engine.requests import literal_option
 from kokoro_tts.engine.synthesis import TTSEngine
 from kokoro_tts.sessions.core import Session, Spoken, Utterance
 
@@ -54,12 +55,14 @@ MODEL_VERSION = "kokoro-82m-v1.0"
 
 @dataclass(frozen=True)
 class SpeakOptions:
-    """A connection's query parameters, checked: Deepgram's ``model``, ``encoding``, ``sample_rate``, ``speed``."""
+    """A connection's query parameters, checked: Deepgram's ``model``, ``encoding``, ``sample_rate``, ``speed``,
+    and our ``literal`` (``true``: markup is read as written)."""
 
     voice: str
     speed: float
     format: AudioFormat
     sample_rate: int
+    literal: bool = False
 
     @classmethod
     def from_query(cls, query: Mapping[str, str], engine: TTSEngine) -> SpeakOptions:
@@ -78,7 +81,12 @@ class SpeakOptions:
             engine.rules.speed(None if speed is None else _number(speed)),
             fmt,
             sample_rate,
+            literal_option(_flag(query.get("literal"))),
         )
+
+
+def _flag(text: str | None) -> object:
+    return {"true": True, "false": False}.get(text, text) if text is not None else None
 
 
 def _integer(text: str) -> object:
@@ -180,7 +188,9 @@ class DeepgramDialect:
 
     async def _queue_sentence(self, text: str) -> None:
         try:
-            request = self._session.engine.rules.speech(text, self.options.voice, self.options.speed)
+            request = self._session.engine.rules.speech(
+                text, self.options.voice, self.options.speed, literal=self.options.literal
+            )
         except TTSError as error:  # this sentence only (emoji alone, say): the rest is still spoken
             await self.refused(error)
             return

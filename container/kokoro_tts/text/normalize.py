@@ -33,32 +33,11 @@ from collections.abc import Callable
 
 from num2words import num2words
 
-from kokoro_tts.text.text_map import TextMap
+from kokoro_tts.text.text_map import TextBuilder, TextMap
 
 __all__ = ["ENGLISH", "TextMap", "longest_number", "normalize"]
 
 ENGLISH = frozenset("ab")
-
-
-class _Builder:
-    def __init__(self) -> None:
-        self.parts: list[str] = []
-        self.segments: list[tuple[int, int, int, int]] = []
-        self.length = 0
-
-    def add(self, text: str, src_start: int, src_end: int) -> None:
-        if not text and src_start == src_end:
-            return
-        self.parts.append(text)
-        self.segments.append((self.length, self.length + len(text), src_start, src_end))
-        self.length += len(text)
-
-    def keep(self, source: str, start: int, end: int) -> None:
-        if end > start:
-            self.add(source[start:end], start, end)
-
-    def result(self) -> tuple[str, TextMap]:
-        return "".join(self.parts), TextMap(tuple(s for s in self.segments if s[1] > s[0]))
 
 
 # --- the English rules ---------------------------------------------------------------------------------------
@@ -193,7 +172,7 @@ def normalize(text: str, lang: str) -> tuple[str, TextMap]:
     if lang not in ENGLISH:
         return text, TextMap.identity(len(text))
     british = lang == "b"
-    out = _Builder()
+    out = TextBuilder()
     position = 0
     for match in _ANY.finditer(text):
         kind = match.lastgroup

@@ -87,6 +87,51 @@ class TextMap:
         return TextMap(_merge(segments))
 
 
+class TextBuilder:
+    """A derived text built piece by piece, each piece with the source span it came from: ``keep`` copies source
+    text (mapped character by character), ``add`` writes new text for a span (``add("", a, b)``: the span is
+    silent; ``add(".", a, a)``: text with no source of its own)."""
+
+    def __init__(self) -> None:
+        self.parts: list[str] = []
+        self.segments: list[Segment] = []
+        self.length = 0
+        self._last_visible = ""
+        self._last_visible_part = -1  # the part holding it
+        self._added = False  # that part was written by ``add`` for the mark it is, not copied
+
+    def add(self, text: str, src_start: int, src_end: int) -> None:
+        if not text and src_start == src_end:
+            return
+        self.parts.append(text)
+        self.segments.append((self.length, self.length + len(text), src_start, src_end))
+        self.length += len(text)
+        if visible := text.rstrip():
+            self._last_visible, self._last_visible_part, self._added = visible[-1], len(self.parts) - 1, True
+
+    def keep(self, source: str, start: int, end: int) -> None:
+        if end > start:
+            self.add(source[start:end], start, end)
+            self._added = False
+
+    def last_visible_added(self) -> bool:
+        """The last character that is not a space is a mark ``add`` wrote alone (a pause), not copied text."""
+        return self._added and len(self.parts[self._last_visible_part]) == 1
+
+    def rewrite_last_visible(self, mark: str) -> None:
+        """Turns the mark ``add`` wrote alone into another of one character (its span stays)."""
+        assert self.last_visible_added() and len(mark) == 1
+        self.parts[self._last_visible_part] = mark
+        self._last_visible = mark
+
+    def last_visible(self) -> str:
+        """The last character written that is not a space ("" before any)."""
+        return self._last_visible
+
+    def result(self) -> tuple[str, TextMap]:
+        return "".join(self.parts), TextMap(tuple(s for s in self.segments if s[1] > s[0]))
+
+
 def _merge(segments: list[Segment]) -> tuple[Segment, ...]:
     """Joins a rewritten segment split in two by ``then`` back into one, so its pieces keep mapping to all of it."""
     out: list[Segment] = []
