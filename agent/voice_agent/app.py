@@ -83,8 +83,6 @@ def pipeline_options(settings: AgentSettings, request: VoiceRequest) -> Pipeline
         tts_idle_timeout_s=settings.tts_idle_timeout_s,
         tts_busy_retry_s=settings.tts_busy_retry_s,
         llm_idle_timeout_s=settings.llm_idle_timeout_s,
-        chunk_min_chars=settings.chunk_min_chars,
-        chunk_eager=settings.chunk_eager,
     )
 
 

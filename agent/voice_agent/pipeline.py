@@ -1,9 +1,10 @@
-"""LLM text → sentences → TTS audio, as events (events.py), in the two modes the agent compares.
+"""LLM text → TTS audio, as events (events.py), in the two modes the agent compares.
 
-``run_bidi``: one task drains the LLM into the sentence chunker and hands each sentence, the moment it is
-complete, to a sender that puts it into ONE open TTS session; another task drains the session. They all post to
-one queue, and the caller gets events in real arrival order, so the first sentence is heard while the LLM is
-still writing the rest.
+``run_bidi``: one task drains the LLM and hands each text delta, the moment it arrives, to a sender that appends it
+to the reply's one utterance on ONE open TTS session (docs/protocol.md, ``append``/``flush``): the server decides
+where pieces start (its fragment buffer is the one place for that policy) and speaks each as soon as it is
+complete. Another task drains the session. They all post to one queue, and the caller gets events in real arrival
+order, so the first sentence is heard while the LLM is still writing the rest.
 
 ``run_batch``: the fair baseline. It waits for the whole reply, then makes one synthesis call whose response
 streams (the server still sends each chunk's audio as soon as it exists).
@@ -25,7 +26,6 @@ from collections.abc import AsyncGenerator, AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
-from kokoro_client.chunker import IncrementalSentenceChunker
 from kokoro_client.errors import ErrorCode as TTSErrorCode
 from kokoro_client.errors import TTSError
 from kokoro_client.protocol import Cancelled, Error, SynthesisComplete, SynthesisStart
@@ -67,10 +67,6 @@ class PipelineOptions:
     # back-off, until this long has passed since the first try; then the reply ends with tts_busy.
     tts_busy_retry_s: float = 10.0
     llm_idle_timeout_s: float = 60.0
-    chunk_min_chars: int = 0
-    chunk_eager: bool = False
-    # Sentences sent to the TTS and not yet spoken; the server queues at most 32 per session (docs/protocol.md).
-    max_in_flight: int = 8
     # Events waiting for the caller; a caller that stops reading eventually pauses the LLM and the TTS reads.
     queue_size: int = 256
     close_timeout_s: float = 5.0
@@ -185,24 +181,27 @@ class _Run:
 # --- bidi ------------------------------------------------------------------------------------------------------
 
 
+# The reply is one utterance on the TTS session, written as the LLM writes it.
+REPLY_ID = "0"
+
+
 class _Bidi:
     def __init__(self, run: _Run, transport: TTSTransport) -> None:
         self.run = run
         self.transport = transport
         self.session: TTSSession | None = None
         self.ready = asyncio.Event()
-        # Sentences the LLM task has cut, waiting for the sender: (index, text), then None for the close.
-        self.outbox: asyncio.Queue[tuple[int, str] | None] = asyncio.Queue()
-        self.total = 0  # sentences cut; sentence i has utterance id str(i)
-        self.sent = 0  # sentences sent to the TTS
+        # The LLM's deltas waiting for the sender, then None for the end of the reply.
+        self.outbox: asyncio.Queue[str | None] = asyncio.Queue()
+        self.total = 0  # utterances sent (the reply's, once it has text to say)
         self.completed: set[int] = set()
-        self.progress = asyncio.Event()  # set by the reader when a sentence completes
-        self.finished = False  # the close went out
+        self.finished = False  # the flush and the close went out
         self.timer: asyncio.Timeout | None = None
 
-    # The TTS read times out only while something is owed: a sentence sent and not complete, or the close.
+    # The TTS read times out only once the whole reply is sent: before, a silent server may be waiting for the end
+    # of a sentence the LLM is still writing.
     def _deadline(self) -> float | None:
-        owed = self.sent > len(self.completed) or self.finished
+        owed = self.finished and len(self.completed) < self.total
         return asyncio.get_running_loop().time() + self.run.options.tts_idle_timeout_s if owed else None
 
     def _arm(self) -> None:
@@ -210,50 +209,49 @@ class _Bidi:
             self.timer.reschedule(self._deadline())
 
     async def llm(self, source: TextSource) -> None:
-        options = self.run.options
-        chunker = IncrementalSentenceChunker(eager=options.chunk_eager, min_chars=options.chunk_min_chars)
+        parts: list[str] = []
         async for delta in self.run.llm_text(source):
             await self.run.post(self.run.events.text_delta(delta))
-            for sentence in chunker.feed(delta):
-                await self._cut(sentence)
-        if rest := chunker.flush():
-            await self._cut(rest)
+            parts.append(delta)
+            self.outbox.put_nowait(delta)
         self.outbox.put_nowait(None)
-
-    async def _cut(self, text: str) -> None:
-        await self.run.post(self.run.events.sentence(self.total, text))
-        self.outbox.put_nowait((self.total, text))
-        self.total += 1
+        if text := " ".join("".join(parts).split()):
+            await self.run.post(self.run.events.sentence(0, text))  # the reply's whole text, as in batch mode
 
     async def send(self) -> None:
-        """Sends each sentence as soon as it exists, keeping at most ``max_in_flight`` unspoken ones on the server
-        (whose queue is bounded), without ever holding up the text: that is the LLM task's, and never waits here."""
+        """Appends each delta as soon as it exists (those that queued up while a send was under way, as one), then
+        ends the utterance and the session; never holds up the text: that is the LLM task's, and never waits here."""
         await self.ready.wait()  # if opening fails, the reply ends and this task is cancelled
         session = self.session
         assert session is not None
-        while (item := await self.outbox.get()) is not None:
-            while self.sent - len(self.completed) >= self.run.options.max_in_flight:
-                self.progress.clear()
-                await self.progress.wait()
-            index, text = item
-            try:
-                await session.send_text(text, str(index))
-            except TTSTransportError as exc:
-                raise _Fail.from_transport(exc) from exc
-            except Exception as exc:
-                raise _Fail(TransportCode.TTS_SESSION_DROPPED, f"sending sentence {index} failed: {exc!r}") from exc
-            self.sent += 1
-            self._arm()
-        try:
-            await session.finish()
-        except TTSTransportError as exc:
-            raise _Fail.from_transport(exc) from exc
+        ended = False
+        while not ended:
+            batch = [await self.outbox.get()]
+            while not self.outbox.empty():
+                batch.append(self.outbox.get_nowait())
+            ended = batch[-1] is None
+            text = "".join(part for part in batch if part is not None)
+            if not self.total and not text.strip():
+                continue  # nothing to say yet: no utterance until there is
+            self.total = 1
+            await self._sending(session.append_text(text, REPLY_ID), "appending to the reply")
+        if self.total:
+            await self._sending(session.flush(REPLY_ID), "ending the reply")
+        await self._sending(session.finish(), "closing the session")
         self.finished = True
         self._arm()
 
+    @staticmethod
+    async def _sending(step: Coroutine[Any, Any, None], what: str) -> None:
+        try:
+            await step
+        except TTSTransportError as exc:
+            raise _Fail.from_transport(exc) from exc
+        except Exception as exc:
+            raise _Fail(TransportCode.TTS_SESSION_DROPPED, f"{what} failed: {exc!r}") from exc
+
     def _complete(self, index: int) -> None:
         self.completed.add(index)
-        self.progress.set()
 
     async def tts(self) -> None:
         options = self.run.options
@@ -280,7 +278,7 @@ class _Bidi:
         if not self.finished or len(self.completed) < self.total:
             raise _Fail(
                 TransportCode.TTS_SESSION_DROPPED,
-                f"the TTS session ended after {len(self.completed)} of {self.total} sentences",
+                "the TTS session ended before the reply was spoken",
             )
 
     async def _read(self, stream: AsyncIterator[AudioEvent | ControlEvent]) -> None:
@@ -292,11 +290,7 @@ class _Bidi:
                 async with asyncio.timeout(self._deadline()) as self.timer:
                     event = await anext(stream, None)
             except TimeoutError:
-                raise _Fail(
-                    TransportCode.TTS_TIMEOUT,
-                    f"no audio for {options.tts_idle_timeout_s:g} s "
-                    f"({len(self.completed)} of {self.sent} sentences spoken)",
-                ) from None
+                raise _Fail(TransportCode.TTS_TIMEOUT, f"no audio for {options.tts_idle_timeout_s:g} s") from None
             except TTSTransportError as exc:
                 raise _Fail.from_transport(exc) from exc
             except Exception as exc:
@@ -336,7 +330,7 @@ class _Bidi:
                         await self.run.post(events.sentence_complete(failed, 0.0, skipped=frame.code))
                         continue
                     where = f"sentence {failed}" if failed is not None else "the session"
-                    # server_busy mid-reply is not retried: the sentences after it are queued already, in order.
+                    # server_busy mid-reply is not retried: the rest of the reply is on the server already.
                     code = TransportCode.TTS_BUSY if frame.code == TTSErrorCode.SERVER_BUSY else TransportCode.TTS_ERROR
                     raise _Fail(code, f"the TTS server refused {where}: {frame.message}", frame.code)
 

@@ -34,8 +34,6 @@ ENVIRONMENT: tuple[tuple[str, str], ...] = (
     ("TTS_IDLE_TIMEOUT_S", "longest wait for audio that is owed (default 30)"),
     ("TTS_BUSY_RETRY_S", "how long a batch reply retries a TTS server that answers server_busy (default 10)"),
     ("LLM_IDLE_TIMEOUT_S", "longest wait for the LLM's next token (default 60)"),
-    ("CHUNK_MIN_CHARS", "merge sentences shorter than this into the next (default 0: off)"),
-    ("CHUNK_EAGER", "1: let the first chunk out at a clause break, for sooner audio (default off; chunker.py)"),
     ("AGENT_MAX_PROMPT_CHARS", "the longest prompt accepted (default 8000)"),
     ("AGENT_WEB_PAGE", "1/0: serve the demo page at / (default: only on a loopback address)"),
     ("AGENT_HOST", "default of --host"),
@@ -105,8 +103,6 @@ class AgentSettings:
     # Longest wait for the LLM's next token (the first one included).
     llm_idle_timeout_s: float = field(default_factory=lambda: _float("LLM_IDLE_TIMEOUT_S", 60.0))
     # Sentences shorter than this are merged into the next one (0 = off; see chunker.py).
-    chunk_min_chars: int = field(default_factory=lambda: _int("CHUNK_MIN_CHARS", 0))
-    chunk_eager: bool = field(default_factory=lambda: _bool("CHUNK_EAGER", False))
     max_prompt_chars: int = field(default_factory=lambda: _int("AGENT_MAX_PROMPT_CHARS", 8000))
 
     # --- the web page (voice_agent/web) ---

@@ -55,6 +55,12 @@ class LocalWSSession:
     async def send_text(self, text: str, utterance_id: str) -> None:
         await self._send({"type": "synthesize", "text": text, "id": utterance_id})
 
+    async def append_text(self, text: str, utterance_id: str) -> None:
+        await self._send({"type": "append", "text": text, "id": utterance_id})
+
+    async def flush(self, utterance_id: str) -> None:
+        await self._send({"type": "flush", "id": utterance_id})
+
     async def finish(self) -> None:
         await self._send({"type": "close"})
 

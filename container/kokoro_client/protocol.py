@@ -1,6 +1,7 @@
 """The session protocol, v1: every message both ways, typed, with its encoding (docs/protocol.md is its prose).
 
-Client → server: ``Synthesize``, ``Config``, ``Cancel``, ``Close``. Server → client: ``SynthesisStart``, ``Words``,
+Client → server: ``Synthesize``, ``Append`` and ``Flush`` (an utterance's text as it is written), ``Config``,
+``Cancel``, ``Close``. Server → client: ``SynthesisStart``, ``Words``,
 ``SynthesisComplete``, ``Cancelled``, ``Error`` as JSON text frames, and the audio as binary frames. ``encode``
 turns any of them into the JSON text that travels; ``parse_client_message`` (the server's side) and
 ``parse_server_frame`` (a client's side) turn the text back. A message arrives in a text or a binary frame
@@ -30,7 +31,7 @@ CLOSE_GOING_AWAY: Final = 1001
 CLOSE_TRY_AGAIN_LATER: Final = 1013
 """The model is loading, or the server is at its session cap (reason ``server_busy: …``): retry later."""
 
-MESSAGE_TYPES = ("synthesize", "config", "cancel", "close")
+MESSAGE_TYPES = ("synthesize", "append", "flush", "config", "cancel", "close")
 FRAME_TYPES = ("synthesis_start", "words", "synthesis_complete", "cancelled", "error")
 _UNSET: Any = object()
 
@@ -43,6 +44,27 @@ class Synthesize:
     speed: object = None
     sample_rate: object = None
     literal: object = None  # true: markup is read as written; None: the session's default
+
+
+@dataclass(frozen=True)
+class Append:
+    """Add ``text`` (an LLM's token, any fragment) to utterance ``id``, opening it if it is not open: the server cuts
+    the text into pieces as sentence ends become certain and speaks each at once. ``voice``, ``speed``,
+    ``sample_rate`` and ``literal`` belong to the append that opens the utterance."""
+
+    text: object
+    id: str | None = None
+    voice: object = None
+    speed: object = None
+    sample_rate: object = None
+    literal: object = None  # true: markup is read as written; None: the session's default
+
+
+@dataclass(frozen=True)
+class Flush:
+    """End the open utterance (``id``: it must be the open one): its text is complete, what is buffered is spoken."""
+
+    id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -67,7 +89,7 @@ class Close:
     pass
 
 
-Command = Synthesize | Config | Cancel | Close
+Command = Synthesize | Append | Flush | Config | Cancel | Close
 
 
 @dataclass(frozen=True)
@@ -135,6 +157,8 @@ Message = Command | ServerFrame
 
 _TYPE_NAMES: dict[type, str] = {
     Synthesize: "synthesize",
+    Append: "append",
+    Flush: "flush",
     Config: "config",
     Cancel: "cancel",
     Close: "close",
@@ -287,6 +311,19 @@ def _command(message: dict[str, Any]) -> Command:
             sample_rate=message.get("sample_rate"),
             literal=message.get("literal"),
         )
+    if kind == "append":
+        if "text" not in message:
+            raise TTSError(ErrorCode.MISSING_TEXT, "An append message needs 'text'.")
+        return Append(
+            text=message["text"],
+            id=_utterance_id(message.get("id")),
+            voice=message.get("voice"),
+            speed=message.get("speed"),
+            sample_rate=message.get("sample_rate"),
+            literal=message.get("literal"),
+        )
+    if kind == "flush":
+        return Flush(id=_utterance_id(message.get("id")))
     if kind == "config":
         return Config(
             voice=message.get("voice", _UNSET),

@@ -172,6 +172,12 @@ class SageMakerBidiSession:
     async def send_text(self, text: str, utterance_id: str) -> None:
         await self.send_json({"type": "synthesize", "text": text, "id": utterance_id})
 
+    async def append_text(self, text: str, utterance_id: str) -> None:
+        await self.send_json({"type": "append", "text": text, "id": utterance_id})
+
+    async def flush(self, utterance_id: str) -> None:
+        await self.send_json({"type": "flush", "id": utterance_id})
+
     async def finish(self) -> None:
         await self.send_json({"type": "close"})
         async with self._send_lock:

@@ -81,7 +81,16 @@ class SessionOptions:
 
 class TTSSession(Protocol):
     async def send_text(self, text: str, utterance_id: str) -> None:
-        """Queue one utterance (a sentence) on the open session."""
+        """Queue one utterance (its whole text) on the open session."""
+        ...
+
+    async def append_text(self, text: str, utterance_id: str) -> None:
+        """Add ``text`` (an LLM's token, say) to utterance ``utterance_id``, opening it if it is not open: the server
+        decides where its pieces start and speaks each as soon as it is complete (``append``)."""
+        ...
+
+    async def flush(self, utterance_id: str) -> None:
+        """End utterance ``utterance_id``'s text: the rest is spoken, then its ``synthesis_complete`` (``flush``)."""
         ...
 
     async def finish(self) -> None:

@@ -98,15 +98,28 @@ def test_bidi_speaks_before_the_llm_is_done_and_batch_after(replies: dict[str, l
     bidi, batch = replies["bidi"], replies["batch"]
     assert index_of(bidi, "audio_chunk") < index_of(bidi, "text_delta", last=True)
     assert index_of(batch, "audio_chunk") > index_of(batch, "text_delta", last=True)
-    assert [e["text"] for e in bidi if e["type"] == "sentence"] == [
-        "Hello there!",
-        "This reply is simulated.",
-        "It is short.",
-        "Goodbye now.",
-    ]
-    assert [e["index"] for e in bidi if e["type"] == "sentence_complete"] == [0, 1, 2, 3]
-    assert [e["text"] for e in batch if e["type"] == "sentence"] == [TEST_REPLY]
+    # Both send the reply as one utterance: bidi token by token as the LLM writes (the server cuts the pieces),
+    # batch once it is complete.
+    for events in (bidi, batch):
+        assert [e["text"] for e in events if e["type"] == "sentence"] == [TEST_REPLY]
+        assert [e["index"] for e in events if e["type"] == "sentence_complete"] == [0]
     assert bidi[-1]["metrics"]["first_audio_ms"] < batch[-1]["metrics"]["first_audio_ms"]
+
+
+async def test_a_bursty_reply_with_prices_and_times_is_spoken_as_written(server: RunningServer) -> None:
+    """The scripted LLM's tokens are sub-word pieces with "$", "42", ".", "50" apart, at a slow and bursty cadence
+    (gaps from 0.01 to 0.19 s): the server's cuts wait for each number to be whole, so the reply is heard as
+    written."""
+    reply = "Your total is $42.50, due Jan 5. Dr. Smith sees you at 3:30 pm. Thanks!"
+    model = make_model(reply=reply, tokens_per_s=10.0, jitter=0.9)
+    with AgentServer(agent_settings(server.base_url), model).running() as agent:
+        events = await invoke(agent.url, {"prompt": "Bill?", "mode": "bidi"})
+    assert events[-1]["type"] == "agent_end", events[-1]
+    assert "".join(e["text"] for e in events if e["type"] == "text_delta") == reply
+    heard = WhisperListener.shared().transcribe(pcm_of(events))
+    # As a listener writes it down (Whisper writes numbers in digits): "Jan 5" is read as "January fifth".
+    written = "Your total is $42.50, due January 5th. Dr. Smith sees you at 3:30 pm. Thanks!"
+    assert word_errors(written, heard)[0] <= 2 and "42" in heard, heard
 
 
 @pytest.mark.parametrize(

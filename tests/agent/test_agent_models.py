@@ -123,11 +123,11 @@ def test_settings_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setenv("TTS_URL", "http://tts:8080")
     monkeypatch.setenv("TTS_ENDPOINT_NAME", "kokoro-endpoint")
     monkeypatch.setenv("TTS_SPEED", "1.2")
-    monkeypatch.setenv("CHUNK_EAGER", "yes")
+    monkeypatch.setenv("AGENT_WEB_PAGE", "yes")
     settings = AgentSettings()
     assert (settings.model, settings.tts_url) == ("bedrock", "http://tts:8080")
     assert settings.tts_endpoint_name == "kokoro-endpoint"
-    assert settings.speed == 1.2 and settings.chunk_eager and settings.uses_sagemaker
+    assert settings.speed == 1.2 and settings.web_page is True and settings.uses_sagemaker
     monkeypatch.delenv("TTS_ENDPOINT_NAME")
     monkeypatch.delenv("AGENT_MODEL")
     assert AgentSettings().model == "scripted" and not AgentSettings().uses_sagemaker

@@ -39,38 +39,38 @@ def assert_well_formed(events: list[Event]) -> None:
     assert times == sorted(times), "t_ms never goes back"
 
 
-async def test_bidi_speaks_each_sentence_while_the_llm_is_still_writing() -> None:
+async def test_bidi_sends_the_tokens_as_they_come_and_is_heard_while_the_llm_is_still_writing() -> None:
     source, tts = FakeSource(TOKENS, gap_s=0.05), FakeTTS(delay_s=0.01)
     events = await collect(bidi(source, tts))
     assert_well_formed(events)
     assert events[-1]["type"] == "agent_end"
+    # The reply is one utterance, its deltas appended as they came: where pieces start is the server's call.
+    session = tts.sessions[0]
+    assert session.texts == {"0": "".join(TOKENS)} and session.appends == len(TOKENS)
     assert [e["text"] for e in events if e["type"] == "sentence"] == [
-        "Hello there!",
-        "This is the second one.",
-        "And a third.",
+        "Hello there! This is the second one. And a third."
     ]
-    assert tts.sessions[0].sent == [("0", "Hello there!"), ("1", "This is the second one."), ("2", "And a third.")]
     assert index_of(events, "audio_chunk") < index_of(events, "text_delta", last=True)
     chunks = [e for e in events if e["type"] == "audio_chunk"]
-    assert [c["seq"] for c in chunks] == list(range(6))
-    assert [c["sentence"] for c in chunks] == [0, 0, 1, 1, 2, 2]
+    assert [c["seq"] for c in chunks] == list(range(3))  # one frame per sentence, from the fake server
+    assert [c["sentence"] for c in chunks] == [0, 0, 0]
     assert base64.b64decode(chunks[0]["audio"]) == tts.frames[0]
-    assert [e["index"] for e in events if e["type"] == "sentence_complete"] == [0, 1, 2]
+    assert [e["index"] for e in events if e["type"] == "sentence_complete"] == [0]
     metrics = events[-1]["metrics"]
     assert metrics["first_audio_ms"] < metrics["text_done_ms"] <= metrics["total_ms"]
-    assert metrics["sentences"] == 3 and metrics["audio_chunks"] == 6
-    assert tts.sessions[0].finished and tts.sessions[0].closed
+    assert metrics["sentences"] == 1 and metrics["audio_chunks"] == 3
+    assert session.finished and session.closed
 
 
-async def test_bidi_keeps_a_bounded_number_of_sentences_on_the_server_without_holding_up_the_text() -> None:
+async def test_bidi_never_holds_up_the_text_for_the_tts() -> None:
     tokens = [f" Sentence {n}." for n in range(12)]
     tts = FakeTTS(delay_s=0.05)
-    events = await collect(bidi(FakeSource(tokens, gap_s=0.001), tts, PipelineOptions(max_in_flight=2)))
+    events = await collect(bidi(FakeSource(tokens, gap_s=0.001), tts))
     assert events[-1]["type"] == "agent_end"
-    assert [e["index"] for e in events if e["type"] == "sentence_complete"] == list(range(12))
-    assert tts.sessions[0].most_in_flight == 2
+    assert tts.sessions[0].texts == {"0": "".join(tokens)}
+    assert sum(e["type"] == "audio_chunk" for e in events) == 12
     # Every fragment reached the caller long before the TTS caught up.
-    assert index_of(events, "text_delta", last=True) < index_of(events, "sentence_complete")
+    assert index_of(events, "text_delta", last=True) < index_of(events, "audio_chunk") + 3
 
 
 async def test_batch_waits_for_the_whole_reply_then_streams_whole_samples() -> None:
@@ -126,7 +126,7 @@ async def test_bidi_session_dropping_mid_reply_is_tts_session_dropped() -> None:
     events = await collect(bidi(FakeSource(TOKENS), tts))
     assert_well_formed(events)
     assert events[-1]["code"] == "tts_session_dropped"
-    assert [e["index"] for e in events if e["type"] == "sentence_complete"] == [0]
+    assert sum(e["type"] == "audio_chunk" for e in events) == 1
 
 
 async def test_bidi_session_ending_early_without_an_error_is_still_a_drop() -> None:
@@ -137,7 +137,7 @@ async def test_bidi_session_ending_early_without_an_error_is_still_a_drop() -> N
     async with asyncio.timeout(10):
         async for event in pipeline:
             events.append(event)
-            if event["type"] == "sentence_complete":
+            if event["type"] == "audio_chunk":
                 tts.sessions[0]._queue.put_nowait(None)  # the server closed cleanly, mid-reply
     assert events[-1]["code"] == "tts_session_dropped"
 
@@ -149,21 +149,21 @@ async def test_bidi_audio_that_never_comes_is_tts_timeout() -> None:
 
 
 async def test_bidi_idle_timeout_does_not_fire_while_the_llm_thinks() -> None:
-    # No sentence owed for longer than the TTS idle timeout: that is the LLM's time, not a TTS stall.
+    # No audio owed for longer than the TTS idle timeout: that is the LLM's time, not a TTS stall.
     source = FakeSource(TOKENS[:5], gap_s=0.15)
     events = await collect(bidi(source, FakeTTS(), PipelineOptions(tts_idle_timeout_s=0.12)))
     assert events[-1]["type"] == "agent_end"
 
 
-async def test_a_sentence_with_nothing_to_speak_is_skipped_not_fatal() -> None:
-    tts = FakeTTS(errors={"1": "nothing_to_speak"})
-    events = await collect(bidi(FakeSource(TOKENS), tts))
+async def test_a_reply_with_nothing_to_speak_is_skipped_not_fatal() -> None:
+    tts = FakeTTS(errors={"0": "nothing_to_speak"})
+    events = await collect(bidi(FakeSource(["🙂", "..."]), tts))
     assert events[-1]["type"] == "agent_end"
     complete = [e for e in events if e["type"] == "sentence_complete"]
-    assert [(e["index"], e.get("skipped")) for e in complete] == [(0, None), (1, "nothing_to_speak"), (2, None)]
+    assert [(e["index"], e.get("skipped")) for e in complete] == [(0, "nothing_to_speak")]
 
 
-async def test_a_tts_error_on_a_sentence_is_tts_error_with_the_servers_code() -> None:
+async def test_a_tts_error_on_the_reply_is_tts_error_with_the_servers_code() -> None:
     events = await collect(bidi(FakeSource(TOKENS), FakeTTS(errors={"0": "unknown_voice"})))
     assert events[-1]["code"] == "tts_error" and events[-1]["tts_code"] == "unknown_voice"
 
@@ -211,7 +211,11 @@ async def test_closing_the_batch_pipeline_mid_audio_closes_the_synthesis_stream(
 
 
 async def test_an_empty_reply_ends_cleanly_with_no_audio() -> None:
-    for run in (bidi(FakeSource([]), FakeTTS()), batch(FakeSource([" "]), FakeBatch())):
+    for run in (
+        bidi(FakeSource([]), FakeTTS()),
+        bidi(FakeSource([" "]), FakeTTS()),  # nothing to say: no utterance is opened
+        batch(FakeSource([" "]), FakeBatch()),
+    ):
         events = await collect(run)
         assert types(events) in (["agent_start", "agent_end"], ["agent_start", "text_delta", "agent_end"])
         assert events[-1]["metrics"]["audio_ms"] == 0
@@ -263,6 +267,6 @@ def test_busy_retry_backs_off_doubling_takes_retry_after_and_stops_at_its_budget
 
 
 async def test_bidi_utterance_refused_as_busy_is_tts_busy() -> None:
-    events = await collect(bidi(FakeSource(TOKENS), FakeTTS(errors={"1": "server_busy"})))
+    events = await collect(bidi(FakeSource(TOKENS), FakeTTS(errors={"0": "server_busy"})))
     assert_well_formed(events)
     assert (events[-1]["code"], events[-1]["tts_code"]) == ("tts_busy", "server_busy")

@@ -7,11 +7,13 @@ import json
 import pytest
 from kokoro_client.errors import ErrorCode, TTSError
 from kokoro_client.protocol import (
+    Append,
     Cancel,
     Cancelled,
     Close,
     Config,
     Error,
+    Flush,
     SynthesisComplete,
     SynthesisStart,
     Synthesize,
@@ -38,7 +40,17 @@ def test_server_frames_round_trip(frame: object) -> None:
 
 @pytest.mark.parametrize(
     "message",
-    [Synthesize("Hello.", "1", "af_heart", 1.2), Synthesize("Hi."), Config(format="wav"), Cancel("2"), Close()],
+    [
+        Synthesize("Hello.", "1", "af_heart", 1.2),
+        Synthesize("Hi."),
+        Append("Hel", "r1", "af_heart", 1.2, 16000),
+        Append("lo"),
+        Flush("r1"),
+        Flush(),
+        Config(format="wav"),
+        Cancel("2"),
+        Close(),
+    ],
 )
 def test_client_messages_round_trip(message: object) -> None:
     assert parse_client_message(encode(message), 65536) == message  # type: ignore[arg-type]

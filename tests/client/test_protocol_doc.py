@@ -12,7 +12,7 @@ from kokoro_client.audio import FORMAT_NAMES, MAX_SPEED, MIN_SPEED, SAMPLE_RATE
 from kokoro_client.errors import ErrorCode
 
 DOC = (Path(__file__).resolve().parents[2] / "docs" / "protocol.md").read_text()
-MESSAGES = (protocol.Synthesize, protocol.Config, protocol.Cancel, protocol.Close)
+MESSAGES = (protocol.Synthesize, protocol.Append, protocol.Flush, protocol.Config, protocol.Cancel, protocol.Close)
 FRAMES = (protocol.SynthesisStart, protocol.Words, protocol.SynthesisComplete, protocol.Cancelled, protocol.Error)
 
 

@@ -83,6 +83,30 @@ async def test_three_sentences_stream_through_one_sagemaker_stream(server: Runni
     assert (stream.forwarded_frames, stream.signed_envelopes, stream.unsigned_events) == (4, 5, 0)
 
 
+async def test_a_reply_appended_token_by_token_streams_through_one_sagemaker_stream(
+    server: RunningServer, certs: Certs
+) -> None:
+    tokens = ["Good", " mor", "ning", ".", " The", " total", " is", " $", "4", "2", ".", "50", "."]
+    async with asyncio.timeout(60), sagemaker(f"ws://127.0.0.1:{server.port}", certs) as (transport, app):
+        session = await transport.open_session(SessionOptions())
+        events = aiter(session.events())
+        seen: list[TTSEvent] = []
+        for token in tokens[:5]:  # " The" decides that the first sentence has ended
+            await session.append_text(token, "r")
+        await until(events, seen, "synthesis_start")  # heard before the reply is complete
+        for token in tokens[5:]:
+            await session.append_text(token, "r")
+        await session.flush("r")
+        await session.finish()
+        seen += [event async for event in events]
+    control = [(f["type"], f["id"]) for f in transcript_of(seen).json_frames()]
+    assert control == [("synthesis_start", "r"), ("synthesis_complete", "r")]
+    utterance = transcript_of(seen).utterances()["r"]
+    assert utterance.complete is not None and utterance.complete["bytes"] == len(utterance.audio) > 0
+    [stream] = app.streams
+    assert stream.forwarded_frames == len(tokens) + 2  # every append, the flush and the close
+
+
 async def test_a_malformed_part_is_an_error_event_and_the_stream_goes_on(server: RunningServer, certs: Certs) -> None:
     async with asyncio.timeout(60), sagemaker(f"ws://127.0.0.1:{server.port}", certs) as (transport, _):
         session = await transport.open_session(SessionOptions())

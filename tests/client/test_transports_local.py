@@ -130,7 +130,7 @@ async def test_audio_frames_starting_with_a_brace_stay_audio_through_the_pipelin
     async def handler(ws: ServerConnection) -> None:
         async for raw in ws:
             message = json.loads(raw)
-            if message.get("type") == "synthesize":
+            if message.get("type") == "flush":  # the agent appends the reply's tokens, then ends it
                 start = {"type": "synthesis_start", "id": message["id"], "format": "pcm", "sample_rate": 24000}
                 await ws.send(json.dumps(start))
                 await ws.send(PCM_LEADING_BRACE)  # bytes → a binary frame

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -221,10 +222,13 @@ class FakeSource:
 
 @dataclass
 class FakeTTS:
-    """A TTSTransport whose sessions 'synthesize' each sentence after ``delay_s`` as two audio frames.
+    """A TTSTransport whose sessions take each utterance's text as it is appended and 'speak' every sentence end in
+    it (".", "!", "?"), after ``delay_s``, as one audio frame (the first after a ``synthesis_start``); at the
+    utterance's flush, the rest of its text as one more frame, then ``synthesis_complete``. (The real server's cuts
+    are tested against it: tests/server/test_ws_fragments.py, tests/agent/test_agent_app.py.)
 
-    Faults: ``refuse`` (open_session fails), ``drop_after`` (the session breaks after N sentences),
-    ``stall`` (audio never comes), ``errors`` (utterance id → error code sent instead of audio).
+    Faults: ``refuse`` (open_session fails), ``drop_after`` (the session breaks after N audio frames),
+    ``stall`` (audio never comes), ``errors`` (utterance id → error code sent instead of its audio).
     """
 
     delay_s: float = 0.02
@@ -243,51 +247,72 @@ class FakeTTS:
         return session
 
 
+_SENTENCE_END = re.compile(r"[.!?]+\s")
+
+
 class FakeSession:
     def __init__(self, tts: FakeTTS) -> None:
         self.tts = tts
-        self.sent: list[tuple[str, str]] = []
-        self.spoken = 0
-        self.most_in_flight = 0
+        self.texts: dict[str, str] = {}  # utterance id → everything appended to it
+        self.appends = 0
         self.finished = False
         self.closed = False
         self._queue: asyncio.Queue[TTSEvent | BaseException | None] = asyncio.Queue()
-        self._work: asyncio.Queue[str | None] = asyncio.Queue()
+        # (utterance id, sentence ends heard, flushed) for the speaker; None after the close.
+        self._work: asyncio.Queue[tuple[str, int, bool] | None] = asyncio.Queue()
         self._speaker = asyncio.create_task(self._speak())
 
     async def _speak(self) -> None:
-        done = 0
-        while (utterance_id := await self._work.get()) is not None:
+        frames, started, audio_ms = 0, set[str](), dict[str, float]()
+        while (item := await self._work.get()) is not None:
+            utterance_id, ends, flushed = item
             if self.tts.stall:
                 await asyncio.sleep(3600)
-            await asyncio.sleep(self.tts.delay_s)
-            if self.tts.drop_after is not None and done >= self.tts.drop_after:
-                self._queue.put_nowait(TTSTransportError(TransportCode.TTS_SESSION_DROPPED, "connection reset"))
-                return
             if utterance_id in self.tts.errors:
-                code = self.tts.errors[utterance_id]
-                error = {"type": "error", "code": code, "message": "no", "id": utterance_id}
-                self._queue.put_nowait(ControlEvent(error))
-                done += 1
+                if flushed:
+                    error = {"type": "error", "code": self.tts.errors[utterance_id], "message": "no"}
+                    self._queue.put_nowait(ControlEvent({**error, "id": utterance_id}))
                 continue
-            self._queue.put_nowait(
-                ControlEvent({"type": "synthesis_start", "id": utterance_id, "format": "pcm", "sample_rate": 24000})
-            )
-            for frame in self.tts.frames:
+            for _ in range(ends):
+                await asyncio.sleep(self.tts.delay_s)
+                if self.tts.drop_after is not None and frames >= self.tts.drop_after:
+                    self._queue.put_nowait(TTSTransportError(TransportCode.TTS_SESSION_DROPPED, "connection reset"))
+                    return
+                if utterance_id not in started:
+                    started.add(utterance_id)
+                    start = {"type": "synthesis_start", "id": utterance_id, "format": "pcm", "sample_rate": 24000}
+                    self._queue.put_nowait(ControlEvent(start))
+                frame = self.tts.frames[frames % len(self.tts.frames)]
                 self._queue.put_nowait(AudioEvent(frame))
-            audio_ms = sum(len(f) for f in self.tts.frames) / 48
-            complete = {"type": "synthesis_complete", "id": utterance_id, "audio_ms": audio_ms}
-            self._queue.put_nowait(ControlEvent(complete))
-            self.spoken += 1
-            done += 1
+                audio_ms[utterance_id] = audio_ms.get(utterance_id, 0.0) + len(frame) / 48
+                frames += 1
+            if flushed:
+                await asyncio.sleep(self.tts.delay_s)
+                complete = {"type": "synthesis_complete", "id": utterance_id, "audio_ms": audio_ms.get(utterance_id, 0)}
+                self._queue.put_nowait(ControlEvent(complete))
         self._queue.put_nowait(None)
 
-    async def send_text(self, text: str, utterance_id: str) -> None:
+    def _check_open(self) -> None:
         if self.closed:
             raise TTSTransportError(TransportCode.TTS_SESSION_DROPPED, "closed")
-        self.sent.append((utterance_id, text))
-        self.most_in_flight = max(self.most_in_flight, len(self.sent) - self.spoken)
-        self._work.put_nowait(utterance_id)
+
+    async def send_text(self, text: str, utterance_id: str) -> None:
+        await self.append_text(text, utterance_id)
+        await self.flush(utterance_id)
+
+    async def append_text(self, text: str, utterance_id: str) -> None:
+        self._check_open()
+        before = self.texts.get(utterance_id, "")
+        self.texts[utterance_id] = before + text
+        self.appends += 1
+        # A sentence end is heard once the space after it has come: the ends this text decided, one frame each.
+        ends = len(_SENTENCE_END.findall(self.texts[utterance_id])) - len(_SENTENCE_END.findall(before))
+        self._work.put_nowait((utterance_id, ends, False))
+
+    async def flush(self, utterance_id: str) -> None:
+        self._check_open()
+        rest = _SENTENCE_END.split(self.texts.get(utterance_id, ""))[-1]
+        self._work.put_nowait((utterance_id, int(any(c.isalnum() for c in rest)), True))
 
     async def finish(self) -> None:
         self.finished = True

@@ -2,7 +2,9 @@
 core (sessions/core.py).
 
 One session, many utterances: the client's synthesize messages are queued and spoken strictly in order, each as
-binary audio frames framed by JSON control frames (synthesis_start, words, synthesis_complete or cancelled). A
+binary audio frames framed by JSON control frames (synthesis_start, words, synthesis_complete or cancelled). An
+utterance may also come as it is written: ``append`` opens it (queued in order, as a synthesize) and adds text, which
+the fragment buffer (text/fragments.py) cuts into pieces spoken as they are complete; ``flush`` ends it. A
 malformed message gets an error frame and the session carries on; only {"type":"close"}, the client leaving or the
 server shutting down ends it.
 """
@@ -15,11 +17,13 @@ from dataclasses import dataclass, field
 
 from kokoro_client.errors import ErrorCode, TTSError
 from kokoro_client.protocol import (
+    Append,
     Cancel,
     Cancelled,
     Close,
     Config,
     Error,
+    Flush,
     ServerFrame,
     SynthesisComplete,
     SynthesisStart,
@@ -34,7 +38,9 @@ from kokoro_client.protocol import (
 from kokoro_tts import metrics
 from kokoro_tts.audio.encoding import AudioFormat, audio_format, output_rate
 from kokoro_tts.engine.requests import literal_option
-from kokoro_tts.sessions.core import Session, Spoken, Utterance
+from kokoro_tts.engine.voices import Voice
+from kokoro_tts.sessions.core import Pieces, Session, Spoken, Utterance
+from kokoro_tts.text.fragments import FragmentBuffer, TextPiece
 
 
 @dataclass
@@ -47,6 +53,17 @@ class _Defaults:
     literal: bool = False
 
 
+@dataclass
+class _Open:
+    """The utterance being written (``append`` without a ``flush`` yet), and what its pieces are spoken with."""
+
+    utterance: Utterance
+    voice: Voice
+    speed: float
+    literal: bool
+    buffer: FragmentBuffer = field(default_factory=FragmentBuffer)
+
+
 class BidiDialect:
     """Protocol v1's messages and frames on a session (sessions/core.py's ``Dialect``)."""
 
@@ -54,6 +71,7 @@ class BidiDialect:
         self._session = session
         self._defaults = _Defaults()
         self._ids = itertools.count(1)
+        self._open: _Open | None = None
 
     @property
     def route(self) -> str:
@@ -72,10 +90,20 @@ class BidiDialect:
             case Config() as command:
                 self._session.refuse_when_closing("close")
                 self._configure(command)
+            case Append() as command:
+                self._session.refuse_when_closing("close")
+                await self._append(command)
+            case Flush(id=target):
+                self._session.refuse_when_closing("close")
+                await self._flush(self._opened(target, "flush"))
             case Cancel(id=target):
+                if self._open is not None and target in (None, self._open.utterance.id):
+                    self._open = None  # its pieces are dropped with it; a later append opens a new utterance
                 for dropped in self._session.cancel(target):
                     await self._send(Cancelled(dropped))
             case Close():
+                if self._open is not None:
+                    await self._flush(self._open)
                 self._session.close_when_spoken()
 
     async def _synthesize(self, command: Synthesize) -> None:
@@ -88,13 +116,7 @@ class BidiDialect:
     def _enqueue(self, utterance_id: str, command: Synthesize) -> None:
         session = self._session
         session.refuse_when_draining()
-        queued = len(session.queued)
-        if queued >= session.settings.max_queued_utterances:
-            raise TTSError(
-                ErrorCode.QUEUE_FULL,
-                f"{queued} utterances are already queued (the limit); "
-                "wait for a synthesis_complete before sending more.",
-            )
+        self._check_queue()
         fmt = self._defaults.format
         rate = output_rate(fmt, command.sample_rate if command.sample_rate is not None else self._defaults.sample_rate)
         request = session.engine.rules.speech(
@@ -103,7 +125,89 @@ class BidiDialect:
             command.speed if command.speed is not None else self._defaults.speed,
             literal=command.literal if command.literal is not None else self._defaults.literal,
         )
-        session.enqueue(Utterance(utterance_id, request, fmt, rate, self._defaults.word_timestamps))
+        session.enqueue(Utterance(utterance_id, Pieces.whole(request), fmt, rate, self._defaults.word_timestamps))
+
+    def _check_queue(self) -> None:
+        queued = len(self._session.queued)
+        if queued >= self._session.settings.max_queued_utterances:
+            raise TTSError(
+                ErrorCode.QUEUE_FULL,
+                f"{queued} utterances are already queued (the limit); "
+                "wait for a synthesis_complete before sending more.",
+            )
+
+    async def _append(self, command: Append) -> None:
+        if not isinstance(command.text, str):
+            raise TTSError(ErrorCode.INVALID_TEXT, f"'text' must be a string, not {type(command.text).__name__}.")
+        if self._open is None:
+            utterance_id = command.id if command.id is not None else f"u{next(self._ids)}"
+            try:
+                self._open = self._open_utterance(utterance_id, command)
+            except TTSError as error:
+                await self.refused(error, utterance_id)
+                return
+        elif command.id not in (None, self._open.utterance.id):
+            raise TTSError(
+                ErrorCode.INVALID_MESSAGE,
+                f"Utterance {self._open.utterance.id!r} is open: flush it before appending to another.",
+            )
+        elif (command.voice, command.speed, command.sample_rate, command.literal) != (None, None, None, None):
+            raise TTSError(
+                ErrorCode.INVALID_MESSAGE,
+                "'voice', 'speed', 'sample_rate' and 'literal' belong to the append that opens an utterance.",
+            )
+        open_ = self._open
+        limit = self._session.settings.max_text_chars
+        unspoken = open_.buffer.pending_chars + open_.utterance.pieces.waiting_chars + len(command.text)
+        if unspoken > limit:
+            too_long = TTSError(
+                ErrorCode.TEXT_TOO_LONG,
+                f"At most {limit} characters of an utterance may wait to be spoken; this append would make "
+                f"{unspoken}. Wait for its audio, or end sentences sooner.",
+            )
+            await self.refused(too_long, open_.utterance.id)
+            return
+        await self._add(open_, open_.buffer.append(command.text))
+
+    def _open_utterance(self, utterance_id: str, command: Append) -> _Open:
+        session = self._session
+        session.refuse_when_draining()
+        self._check_queue()
+        rules = session.engine.rules
+        voice = command.voice if command.voice is not None else self._defaults.voice
+        voice = rules.voice(voice if voice is not None else session.settings.default_voice)
+        speed = rules.speed(command.speed if command.speed is not None else self._defaults.speed)
+        literal = literal_option(command.literal) if command.literal is not None else self._defaults.literal
+        fmt = self._defaults.format
+        rate = output_rate(fmt, command.sample_rate if command.sample_rate is not None else self._defaults.sample_rate)
+        utterance = Utterance(utterance_id, Pieces(), fmt, rate, self._defaults.word_timestamps)
+        session.enqueue(utterance)
+        return _Open(utterance, voice, speed, literal)
+
+    async def _add(self, open_: _Open, pieces: list[TextPiece]) -> None:
+        for piece in pieces:
+            try:
+                request = self._session.engine.rules.speech(
+                    piece.text, open_.voice.spec, open_.speed, literal=open_.literal
+                )
+            except TTSError as error:  # this piece only; the utterance goes on
+                if error.code is not ErrorCode.NOTHING_TO_SPEAK:  # an emoji between sentences says nothing: no error
+                    await self.refused(error, open_.utterance.id)
+                continue
+            open_.utterance.pieces.add(request, piece.start)
+
+    def _opened(self, target: str | None, message: str) -> _Open:
+        if self._open is None or target not in (None, self._open.utterance.id):
+            what = "no utterance is open" if self._open is None else f"{self._open.utterance.id!r} is the open one"
+            raise TTSError(ErrorCode.INVALID_MESSAGE, f"Nothing to {message}: {what}.")
+        return self._open
+
+    async def _flush(self, open_: _Open) -> None:
+        self._open = None
+        try:
+            await self._add(open_, open_.buffer.end())
+        finally:
+            open_.utterance.pieces.end()
 
     def _configure(self, command: Config) -> None:
         # Validate everything before changing anything: a bad config leaves the defaults as they were.
@@ -151,7 +255,8 @@ class BidiDialect:
         await self._send(Cancelled(utterance.id))
 
     async def finished(self, utterance: Utterance) -> None:
-        pass
+        if self._open is not None and self._open.utterance is utterance:  # it ended early (an error): no longer open
+            self._open = None
 
     async def shutting_down(self, unfinished: Sequence[Utterance]) -> None:
         error = TTSError(ErrorCode.SHUTTING_DOWN, "The server is shutting down; this utterance was not finished.")

@@ -18,7 +18,7 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import aclosing
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Final, Protocol
 
 from kokoro_client.errors import INTERNAL_ERROR_MESSAGE, ErrorCode, TTSError
@@ -40,10 +40,70 @@ OVERSIZE_KEY = "kokoro.oversize_bytes"
 log = logging.getLogger(__name__)  # every dialect's session lines
 
 
+# --- what an utterance says, as the speaker takes it: one whole request, or requests added while the client is
+# still writing it (bidi's ``append``), then an end (``flush``) ---
+
+
+@dataclass(frozen=True)
+class Piece:
+    """A request to speak, and where its text starts in the text the client sent for the utterance."""
+
+    request: SpeechRequest
+    start: int
+
+
+class Pieces:
+    """An utterance's pieces in order; ``next`` waits for one while the utterance is open."""
+
+    def __init__(self) -> None:
+        self._waiting: deque[Piece] = deque()
+        self._open = True
+        self._changed = asyncio.Event()
+        self.waiting_chars = 0  # text of the pieces not yet taken: what a dialect caps
+
+    @classmethod
+    def whole(cls, request: SpeechRequest) -> Pieces:
+        """An utterance whose whole text came in one message."""
+        pieces = cls()
+        pieces.add(request, 0)
+        pieces.end()
+        return pieces
+
+    @property
+    def open(self) -> bool:
+        return self._open
+
+    @property
+    def ready(self) -> bool:
+        """``next`` returns at once: a piece waits, or the utterance has ended."""
+        return bool(self._waiting) or not self._open
+
+    def add(self, request: SpeechRequest, start: int) -> None:
+        assert self._open, "a piece added after the end"
+        self._waiting.append(Piece(request, start))
+        self.waiting_chars += len(request.sent)
+        self._changed.set()
+
+    def end(self) -> None:
+        self._open = False
+        self._changed.set()
+
+    async def next(self) -> Piece | None:
+        """The next piece, once there is one; None once the utterance has ended and every piece was taken."""
+        while not self.ready:
+            self._changed.clear()
+            await self._changed.wait()
+        if not self._waiting:
+            return None
+        piece = self._waiting.popleft()
+        self.waiting_chars -= len(piece.request.sent)
+        return piece
+
+
 @dataclass
 class Utterance:
     id: str
-    request: SpeechRequest
+    pieces: Pieces  # one whole request, or the pieces of a text still being written
     format: AudioFormat
     sample_rate: int
     word_timestamps: bool = False
@@ -342,44 +402,59 @@ class Session:
             return False
         return True
 
+    async def _next_piece(self, utterance: Utterance) -> Piece | None:
+        """The utterance's next piece, None once it has ended or is cancelled. While the client is still writing it,
+        the session keeps its stream slot until its audio has played out, as between utterances (``_idle``)."""
+        pieces, slots = utterance.pieces, self.engine.slots
+        if not pieces.ready and slots.holds(self):
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout_at(self._played_until):
+                    return await _unless_stopped(pieces.next(), utterance)
+            slots.release(self)
+        return await _unless_stopped(pieces.next(), utterance)
+
     async def _speak_one_counted(self, utterance: Utterance) -> None:
-        if not await self._admitted(utterance):
-            return
         encoder = off_loop_encoder(utterance.format, utterance.sample_rate)
         sent_bytes, audio_ms, synth_ms, started, first_audio_s = 0, 0.0, 0.0, False, None
         loop = asyncio.get_running_loop()
-        async with aclosing(self.engine.stream(utterance.request, due=self._played_until)) as stream:
-            while not utterance.cancelled:
-                try:
-                    if started:
-                        chunk = await _unless_stopped(anext(stream, None), utterance)
-                    else:
-                        with self.engine.waiting.hold():  # server_busy rather than a wait behind every session
+        while not utterance.cancelled and (piece := await self._next_piece(utterance)) is not None:
+            if not await self._admitted(utterance):
+                return
+            piece_start_ms = audio_ms  # the piece's words are timed from its own start, and index its own text
+            async with aclosing(self.engine.stream(piece.request, due=self._played_until)) as stream:
+                while not utterance.cancelled:
+                    try:
+                        if started:
                             chunk = await _unless_stopped(anext(stream, None), utterance)
-                except TTSError as error:
-                    await self.dialect.refused(error, utterance.id)
-                    return
-                except Exception:
-                    log.exception("synthesis failed for utterance %s", utterance.id)
-                    await self.dialect.refused(TTSError(ErrorCode.INTERNAL_ERROR, INTERNAL_ERROR_MESSAGE), utterance.id)
-                    return
-                if chunk is None or utterance.cancelled:
-                    break
-                if not started:
-                    self._has_spoken = True
-                    first_audio_s = time.perf_counter() - utterance.received
-                    metrics.first_audio(self.route, first_audio_s)
-                    await self.dialect.started(utterance)
-                    started = True
-                if utterance.word_timestamps and chunk.words:
-                    await self.dialect.words(utterance, chunk.words)
-                data = await encoder.encode(chunk.pcm)
-                if data:
-                    await self.dialect.audio(utterance, data)
-                self._played_until = max(self._played_until, loop.time()) + chunk.audio_ms / 1000.0
-                sent_bytes += len(data)
-                audio_ms += chunk.audio_ms
-                synth_ms += chunk.synth_ms
+                        else:
+                            with self.engine.waiting.hold():  # server_busy rather than a wait behind every session
+                                chunk = await _unless_stopped(anext(stream, None), utterance)
+                    except TTSError as error:
+                        await self.dialect.refused(error, utterance.id)
+                        return
+                    except Exception:
+                        log.exception("synthesis failed for utterance %s", utterance.id)
+                        await self.dialect.refused(
+                            TTSError(ErrorCode.INTERNAL_ERROR, INTERNAL_ERROR_MESSAGE), utterance.id
+                        )
+                        return
+                    if chunk is None or utterance.cancelled:
+                        break
+                    if not started:
+                        self._has_spoken = True
+                        first_audio_s = time.perf_counter() - utterance.received
+                        metrics.first_audio(self.route, first_audio_s)
+                        await self.dialect.started(utterance)
+                        started = True
+                    if utterance.word_timestamps and chunk.words:
+                        await self.dialect.words(utterance, _shifted(chunk.words, piece_start_ms, piece.start))
+                    data = await encoder.encode(chunk.pcm)
+                    if data:
+                        await self.dialect.audio(utterance, data)
+                    self._played_until = max(self._played_until, loop.time()) + chunk.audio_ms / 1000.0
+                    sent_bytes += len(data)
+                    audio_ms += chunk.audio_ms
+                    synth_ms += chunk.synth_ms
         metrics.audio_sent(self.route, audio_ms)
         if utterance.cancelled:
             metrics.utterance_cancelled(self.route)
@@ -411,3 +486,19 @@ async def _unless_stopped[T](step: Awaitable[T], utterance: Utterance) -> T | No
         return await unless(step, utterance.stopping.wait())
     except Interrupted:
         return None
+
+
+def _shifted(words: tuple[WordTiming, ...], ms: float, chars: int) -> tuple[WordTiming, ...]:
+    """A piece's words, timed from the utterance's start and indexing the utterance's whole text."""
+    if not ms and not chars:
+        return words
+    return tuple(
+        replace(
+            w,
+            start_ms=round(w.start_ms + ms, 1),
+            end_ms=round(w.end_ms + ms, 1),
+            char_start=w.char_start + chars,
+            char_end=w.char_end + chars,
+        )
+        for w in words
+    )

@@ -4,8 +4,8 @@ core (sessions/core.py).
 The vocabulary is kokoro_client.deepgram's; everything else is the session core's: one speaker task per
 session speaks queued utterances in order, the same caps (text, queue, message size, server-wide waiting), the same
 end when the client vanishes, the same drain on shutdown. What differs:
-- Speak text goes through the sentence chunker (kokoro_client.chunker), so a client may send an LLM's tokens as
-  they come: each sentence is queued as an utterance the moment it is complete.
+- Speak text goes through the fragment buffer (text/fragments.py, as bidi's append), so a client may send an LLM's
+  tokens as they come: each piece is queued as an utterance the moment it is complete.
 - Flush queues what is buffered; ``Flushed`` follows the last audio of everything queued before it.
 - Clear drops the buffer, the queue and the utterance in flight (at once, as a cancel does: the speaker stops
   waiting for the window being made); ``Cleared`` follows the last audio sent, so no audio of the cleared text
@@ -24,7 +24,6 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from kokoro_client.chunker import IncrementalSentenceChunker
 from kokoro_client.deepgram import (
     CLOSE_INVALID_PARAMETERS,
     DEFAULT_ENCODING,
@@ -48,7 +47,8 @@ from kokoro_client.protocol import WordTiming
 from kokoro_tts.audio.encoding import AudioFormat, audio_format, output_rate
 from kokoro_tts.engine.requests import literal_option
 from kokoro_tts.engine.synthesis import TTSEngine
-from kokoro_tts.sessions.core import Session, Spoken, Utterance
+from kokoro_tts.sessions.core import Pieces, Session, Spoken, Utterance
+from kokoro_tts.text.fragments import FragmentBuffer
 
 MODEL_VERSION = "kokoro-82m-v1.0"
 
@@ -119,7 +119,7 @@ class DeepgramDialect:
 
     def __init__(self, session: Session) -> None:
         self._session = session
-        self._chunker = IncrementalSentenceChunker()
+        self._buffer = FragmentBuffer()
         self._ids = itertools.count(1)
         self._sequence = itertools.count()  # one count over Flush and Clear: each answer names its own
         self._options: SpeakOptions | None = None
@@ -167,11 +167,11 @@ class DeepgramDialect:
         self._session.refuse_when_draining()
         settings = self._session.settings
         limit = settings.max_text_chars
-        if self._chunker.pending_chars + len(text) > limit:
+        if self._buffer.pending_chars + len(text) > limit:
             raise TTSError(
                 ErrorCode.TEXT_TOO_LONG,
                 f"At most {limit} characters may wait for a sentence end; this Speak would make "
-                f"{self._chunker.pending_chars + len(text)}. End sentences, or send a Flush.",
+                f"{self._buffer.pending_chars + len(text)}. End sentences, or send a Flush.",
             )
         queued = len(self._session.queued)
         room = settings.max_queued_utterances - queued
@@ -180,7 +180,7 @@ class DeepgramDialect:
                 ErrorCode.QUEUE_FULL,
                 f"{queued} sentences are already queued (the limit); wait for a Flushed before sending more.",
             )
-        sentences = self._chunker.feed(text)
+        sentences = [piece.text for piece in self._buffer.append(text)]
         if len(sentences) > room:  # one Speak holding many sentences: the last utterance takes the overflow
             sentences = [*sentences[: room - 1], " ".join(sentences[room - 1 :])]
         for sentence in sentences:
@@ -194,11 +194,12 @@ class DeepgramDialect:
         except TTSError as error:  # this sentence only (emoji alone, say): the rest is still spoken
             await self.refused(error)
             return
-        self._session.enqueue(_Sentence(f"s{next(self._ids)}", request, self.options.format, self.options.sample_rate))
+        pieces, options = Pieces.whole(request), self.options
+        self._session.enqueue(_Sentence(f"s{next(self._ids)}", pieces, options.format, options.sample_rate))
 
     async def _queue_rest(self) -> None:
-        if rest := self._chunker.flush():
-            await self._queue_sentence(rest)
+        for rest in self._buffer.end():
+            await self._queue_sentence(rest.text)
 
     async def _flush(self) -> None:
         answer = Flushed(next(self._sequence))
@@ -212,7 +213,7 @@ class DeepgramDialect:
 
     async def _clear(self) -> None:
         answer = Cleared(next(self._sequence))
-        self._chunker.flush()
+        self._buffer.end()
         in_flight = self._session.in_flight
         self._session.clear()  # the speaker stops waiting for its next window at once, then sends the answer
         if isinstance(in_flight, _Sentence):
@@ -247,7 +248,7 @@ class DeepgramDialect:
                 await self._send(answer)
 
     async def shutting_down(self, unfinished: Sequence[Utterance]) -> None:
-        if unfinished or self._chunker.pending_chars:
+        if unfinished or self._buffer.pending_chars:
             error = TTSError(
                 ErrorCode.SHUTTING_DOWN, "The server is shutting down; the text not yet spoken is dropped."
             )
