@@ -44,6 +44,7 @@ def test_server_frames_round_trip(frame: object) -> None:
         Synthesize("Hello.", "1", "af_heart", 1.2),
         Synthesize("Hi."),
         Append("Hel", "r1", "af_heart", 1.2, 16000),
+        Append("**Hi**", "r2", literal=True),
         Append("lo"),
         Flush("r1"),
         Flush(),
