@@ -187,6 +187,7 @@ class Session:
         self._closing = False
         self._in_flight: Utterance | None = None
         self._send_lock = asyncio.Lock()
+        self._closed = False  # the server has sent its close: nothing more can reach the client
 
         self._draining = False
         self._has_spoken = False  # once true, the session goes ahead of newcomers for a stream slot
@@ -270,16 +271,22 @@ class Session:
         self._wakeup.set()
 
     async def send_text(self, text: str) -> None:
+        """Sends ``text``; dropped once the server has closed the socket (the answer to a message the client sent
+        after its close has nobody to reach)."""
         async with self._send_lock:
-            await self._ws.send_text(text)
+            if not self._closed:
+                await self._ws.send_text(text)
 
     async def send_bytes(self, data: bytes) -> None:
         async with self._send_lock:
-            await self._ws.send_bytes(data)
+            if not self._closed:
+                await self._ws.send_bytes(data)
 
     async def close(self, code: int, reason: str | None = None) -> None:
         async with self._send_lock:
-            await self._ws.close(code, reason)
+            if not self._closed:
+                self._closed = True
+                await self._ws.close(code, reason)
 
     # --- the session's life ------------------------------------------------------------------------------------
 
