@@ -31,7 +31,7 @@ def test_a_fixed_count_or_no_limit_ignores_the_measurement() -> None:
 
 
 def test_the_waiting_cap_takes_a_burst_the_slots_can_take() -> None:
-    """A GPU measures dozens of slots (bench/results/gpu.json: 38 on an H200): with the CPU-sized cap of 16, 32
+    """A GPU measures dozens of slots (38 to 54 on an H200, docs/gpu.md): with the CPU-sized cap of 16, 32
     sessions arriving together were refused at the door while slots stood free. The cap is now twice the slots
     where that is more; a CPU's few slots and a server without slots keep the configured cap."""
     assert waiting_room(16, 38) == 76

@@ -29,7 +29,7 @@ def waiting_room(floor: int, slots: float) -> int:
     """The cap on utterances waiting for their first audio: ``floor`` (KOKORO_MAX_WAITING), or twice the stream slots
     where that is more. A burst the slots can take is never refused at the door: as many streams as there are slots
     start together, and as many again may queue for the next free ones (bounded by the first-audio wait). A GPU's
-    slots outnumber the CPU-sized floor (bench/results/gpu.json)."""
+    slots outnumber the CPU-sized floor (docs/gpu.md)."""
     return floor if math.isinf(slots) else max(floor, 2 * int(slots))
 
 
