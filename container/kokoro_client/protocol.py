@@ -300,21 +300,12 @@ def _command(message: dict[str, Any]) -> Command:
             ErrorCode.UNKNOWN_TYPE,
             f"Unknown message type {quoted(kind)}; use one of: {', '.join(MESSAGE_TYPES)}.",
         )
-    if kind == "synthesize":
+    if kind in ("synthesize", "append"):  # the same fields: a whole text, or a fragment of one
         if "text" not in message:
-            raise TTSError(ErrorCode.MISSING_TEXT, "A synthesize message needs 'text'.")
-        return Synthesize(
-            text=message["text"],
-            id=_utterance_id(message.get("id")),
-            voice=message.get("voice"),
-            speed=message.get("speed"),
-            sample_rate=message.get("sample_rate"),
-            literal=message.get("literal"),
-        )
-    if kind == "append":
-        if "text" not in message:
-            raise TTSError(ErrorCode.MISSING_TEXT, "An append message needs 'text'.")
-        return Append(
+            article = "An" if kind == "append" else "A"
+            raise TTSError(ErrorCode.MISSING_TEXT, f"{article} {kind} message needs 'text'.")
+        utterance = Synthesize if kind == "synthesize" else Append
+        return utterance(
             text=message["text"],
             id=_utterance_id(message.get("id")),
             voice=message.get("voice"),
