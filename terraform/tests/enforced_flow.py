@@ -17,8 +17,9 @@ condition) and reads what a check needs. Everything else runs as the deployer:
   deployment     terraform apply of terraform/deployment (CreateModel implies iam:PassRole; the stack implies
                  CreateAgentRuntime, the role's PassRole and the runtime identity's service-linked role)
   wait           scripts/deploy/endpoint.py's wait for InService
-  scaling        the autoscaling Terraform registers (moto cannot tag scalable targets, so it is off there and
-                 registered here), then scripts/deploy/scaling.py's release before an instance-type change
+  scaling        the scalable target and target-tracking policy the deployment's apply registered (with its
+                 tags: moto_scaling_tags.py serves the tagging moto lacks), then scripts/deploy/scaling.py's
+                 release before an instance-type change
   invoke         InvokeEndpoint (the health check) over the wire; the calls that go to local stand-ins
                  elsewhere (bidirectional stream, response stream, InvokeAgentRuntime, StopRuntimeSession) are
                  evaluated against the same policy
@@ -77,7 +78,6 @@ SERVICES = (
 # Statements no call of this flow needs in moto, and why (docs/deploy.md, Permissions, lists them too).
 NOT_EXERCISED = {
     "EcrKeyGrants": "ECR's grants on the repositories' KMS key: moto's ECR creates no grant",
-    "AutoscalingTags": "tags on the scalable target: moto cannot tag Application Auto Scaling targets",
 }
 
 
@@ -97,6 +97,7 @@ def log(message: str) -> None:
 def moto_server(authorizer: Authorizer, unauthenticated: int) -> Iterator[str]:
     import logging
 
+    import moto_scaling_tags
     from moto.server import ThreadedMotoServer
 
     logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one line per request otherwise
@@ -106,6 +107,7 @@ def moto_server(authorizer: Authorizer, unauthenticated: int) -> Iterator[str]:
     if settings.INITIAL_NO_AUTH_ACTION_COUNT != unauthenticated:
         raise RuntimeError("moto was imported before INITIAL_NO_AUTH_ACTION_COUNT was set: IAM would not be enforced")
     authorizer.install()
+    moto_scaling_tags.install()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()
@@ -187,11 +189,11 @@ def terraform_copy(work: Path, url: str) -> None:
             shutil.copy(source, work / root)
         shutil.copy(REPO / "terraform" / root / ".terraform.lock.hcl", work / root)
         (work / root / "moto_override.tf").write_text(override)
-    # moto rejects ml.g5/ml.g6 instance types, cannot tag Application Auto Scaling targets and cannot resolve
-    # Fn::GetAtt on AWS::BedrockAgentCore::Runtime (terraform/README.md, Testing).
+    # moto rejects ml.g5/ml.g6 instance types and cannot resolve Fn::GetAtt on AWS::BedrockAgentCore::Runtime
+    # (terraform/README.md, Testing).
     (work / "deployment" / "moto.auto.tfvars").write_text(
         'bedrock_model_id = "us.amazon.nova-2-lite-v1:0"\ninstance_type = "ml.m5.large"\n'
-        "enable_autoscaling = false\nenable_runtime_outputs = false\n"
+        "enable_runtime_outputs = false\n"
     )
 
 
@@ -367,7 +369,7 @@ def run_flow(url: str, deployer: dict[str, str], admin: dict[str, str], authoriz
             max_instances=2,
         )
         variables = deployment_variables(shared, images["tts_repository_url"], images["agent_repository_url"], settings)
-        for forced in ("bedrock_model_id", "instance_type", "enable_autoscaling", "enable_runtime_outputs"):
+        for forced in ("bedrock_model_id", "instance_type", "enable_runtime_outputs"):
             variables.pop(forced, None)  # moto.auto.tfvars decides these
         (work / "deployment" / "deploy.tfvars.json").write_text(json.dumps(variables))
         tf.init("deployment")
@@ -381,23 +383,12 @@ def run_flow(url: str, deployer: dict[str, str], admin: dict[str, str], authoriz
 
         begin("scaling")
         scaling = as_deployer("application-autoscaling")
-        target = {
-            "ServiceNamespace": "sagemaker",
-            "ResourceId": f"endpoint/{endpoint}/variant/AllTraffic",
-            "ScalableDimension": "sagemaker:variant:DesiredInstanceCount",
-        }
-        scaling.register_scalable_target(**target, MinCapacity=1, MaxCapacity=2)
-        scaling.put_scaling_policy(
-            PolicyName=f"{NAME}-concurrent-requests",
-            PolicyType="TargetTrackingScaling",
-            TargetTrackingScalingPolicyConfiguration={
-                "TargetValue": 16.0,
-                "PredefinedMetricSpecification": {
-                    "PredefinedMetricType": "SageMakerVariantConcurrentRequestsPerModelHighResolution"
-                },
-            },
-            **target,
-        )
+        resource_id = str(outputs["autoscaling_resource_id"])
+        registered = scaling.describe_scalable_targets(ServiceNamespace="sagemaker", ResourceIds=[resource_id])
+        policies = scaling.describe_scaling_policies(ServiceNamespace="sagemaker", ResourceId=resource_id)
+        if not registered["ScalableTargets"] or not policies["ScalingPolicies"]:
+            raise RuntimeError(f"the deployment's apply registered no scalable target or policy for {resource_id}")
+        log(f"  {resource_id}: target {outputs['autoscaling_target']} ({outputs['autoscaling_target_source']})")
         release_for_instance_type(as_deployer("sagemaker"), scaling, endpoint, "ml.m5.xlarge", log=log)
 
         begin("invoke")
