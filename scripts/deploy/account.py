@@ -24,6 +24,7 @@ from __future__ import annotations
 import socket
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
@@ -202,18 +203,25 @@ def check_bidi_streaming(inputs: AccountInputs, report: Adder) -> None:
         )
 
 
+def _absent(read: Callable[[], object], what: str, warn: Callable[[str], None]) -> bool:
+    """Whether IAM says ``what`` does not exist (``read`` raised NoSuchEntity); False when it exists, and when it
+    could not be read (then with a warning naming it)."""
+    try:
+        read()
+        return False
+    except ClientError as e:
+        if _code(e) == "NoSuchEntity":
+            return True
+        warn(f"{what} could not be read ({_message(e)})")
+    except BotoCoreError as e:
+        warn(f"{what} could not be read ({e})")
+    return False
+
+
 def check_service_linked_roles(iam: Any, inputs: AccountInputs, report: Adder, warn: Callable[[str], None]) -> None:
     # Created by the first autoscaled endpoint and the first runtime of an account.
     for service, role in SERVICE_LINKED_ROLES.items():
-        try:
-            iam.get_role(RoleName=role)
-            continue
-        except ClientError as e:
-            if _code(e) != "NoSuchEntity":
-                warn(f"service-linked role {role} could not be read ({_message(e)})")
-                continue
-        except BotoCoreError as e:
-            warn(f"service-linked role {role} could not be read ({e})")
+        if not _absent(partial(iam.get_role, RoleName=role), f"service-linked role {role}", warn):
             continue
         try:
             result = iam.simulate_principal_policy(
@@ -242,15 +250,7 @@ def check_role_boundary(iam: Any, inputs: AccountInputs, report: Adder, warn: Ca
     account = inputs.caller_arn.split(":")[4] if inputs.caller_arn.count(":") >= 5 else ""
     name = boundary_policy(inputs.name)
     arn = f"arn:aws:iam::{account}:policy/{name}"
-    try:
-        iam.get_policy(PolicyArn=arn)
-        return
-    except ClientError as e:
-        if _code(e) != "NoSuchEntity":
-            warn(f"the roles' permissions boundary {name} could not be read ({_message(e)})")
-            return
-    except BotoCoreError as e:
-        warn(f"the roles' permissions boundary {name} could not be read ({e})")
+    if not _absent(partial(iam.get_policy, PolicyArn=arn), f"the roles' permissions boundary {name}", warn):
         return
     report.add(
         f"the roles' permissions boundary {arn} does not exist: the deployer may create roles only with it.",
