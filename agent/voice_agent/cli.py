@@ -11,7 +11,6 @@ import argparse
 import dataclasses
 import errno
 import logging
-import os
 import signal
 import socket
 import sys
@@ -19,7 +18,7 @@ import time
 
 from kokoro_client import logs
 
-from .settings import ENVIRONMENT, AgentSettings
+from .settings import AgentSettings, SettingError, environment
 
 log = logging.getLogger(__name__)
 
@@ -34,8 +33,9 @@ TTS_WAIT_S = 120.0  # a TTS server still loading its model (/ping 503) is waited
 
 
 def environment_help() -> str:
-    width = max(len(name) for name, _ in ENVIRONMENT)
-    lines = [f"  {name:<{width}}  {text}" for name, text in ENVIRONMENT]
+    listed = environment()
+    width = max(len(name) for name in listed)
+    lines = [f"  {name:<{width}}  {text}" for name, text in listed.items()]
     return "environment variables (settings.py):\n" + "\n".join(lines)
 
 
@@ -86,9 +86,12 @@ def port_problem(host: str, port: int) -> str | None:
 
 
 def serve(args: argparse.Namespace) -> None:
-    settings = AgentSettings()
-    port = args.port if args.port is not None else int(os.environ.get("AGENT_PORT", "8080"))
-    host = args.host or os.environ.get("AGENT_HOST", "127.0.0.1")
+    try:
+        settings = AgentSettings()
+    except SettingError as exc:
+        sys.exit(f"voice-agent: {exc}")
+    port = args.port if args.port is not None else settings.port
+    host = args.host or settings.host
     problem = port_problem(host, port)
     if problem is None and not settings.uses_sagemaker and not args.no_tts_check:
         problem = tts_problem(settings.tts_url)
@@ -115,7 +118,7 @@ def run_app(settings: AgentSettings, host: str, port: int) -> None:
     """The app on ``host:port`` until the process is stopped (the demo page only on loopback unless told)."""
     from .app import create_app  # before logging is configured, as the SDK's logger expects (one line each)
 
-    logs.configure(os.environ.get("LOG_LEVEL"), extra_ids=agentcore_ids)
+    logs.configure(extra_ids=agentcore_ids)  # LOG_LEVEL and LOG_FORMAT
     if settings.web_page is None:  # AGENT_WEB_PAGE unset: the page only on loopback (local runs, not the container)
         from .web import is_loopback
 

@@ -1,9 +1,17 @@
-"""Agent settings, read from the environment (AgentCore Runtime passes configuration as env vars)."""
+"""Agent settings, read once from the environment (AgentCore Runtime passes configuration as env vars).
+
+Each setting is declared once, here, as the server declares its own (``kokoro_client.environment``): its variable,
+default and one-line help, which ``voice-agent serve --help`` lists. A value that does not parse is a
+``SettingError`` naming the variable.
+"""
 
 from __future__ import annotations
 
-import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+
+from kokoro_client.environment import SettingError, listing, setting
+
+__all__ = ["DEFAULT_SYSTEM_PROMPT", "AgentSettings", "SettingError", "environment"]
 
 DEFAULT_SYSTEM_PROMPT = (
     "You are a helpful voice assistant. Your replies are spoken aloud, so answer in a few short, complete "
@@ -11,105 +19,78 @@ DEFAULT_SYSTEM_PROMPT = (
 )
 
 
-# Every variable the agent reads, with its default and what it does: `voice-agent serve --help` prints this table
-# (tests check it names each variable read below). AGENT_HOST, AGENT_PORT and LOG_LEVEL are read by the command.
-ENVIRONMENT: tuple[tuple[str, str], ...] = (
-    ("AGENT_MODEL", "the LLM: scripted (default: a simulated LLM that ignores the prompt), bedrock or openai"),
-    ("AGENT_SYSTEM_PROMPT", "the system prompt (default: short, plain spoken sentences)"),
-    ("AGENT_MAX_TOKENS", "the reply's token limit (default 400)"),
-    ("BEDROCK_MODEL_ID", "AGENT_MODEL=bedrock: the model id (default: Strands' default model)"),
-    ("AWS_REGION", "Bedrock and SageMaker region (else AWS_DEFAULT_REGION, else the profile's)"),
-    ("AWS_DEFAULT_REGION", "the region when AWS_REGION is unset"),
-    ("OPENAI_BASE_URL", "AGENT_MODEL=openai: any OpenAI-compatible server (vLLM, llama.cpp, Ollama)"),
-    ("OPENAI_API_KEY", "AGENT_MODEL=openai: its API key"),
-    ("OPENAI_MODEL", "AGENT_MODEL=openai: its model name"),
-    ("SCRIPTED_TTFT_S", "the scripted model's time to first token (default 0.6 s)"),
-    ("SCRIPTED_TOKENS_PER_S", "the scripted model's token rate (default 15: its reply takes about 5 s)"),
-    ("SCRIPTED_REPLY", "the scripted model's reply (default: five sentences about itself)"),
-    ("TTS_URL", "the TTS server's base URL (default http://127.0.0.1:8080, where `make serve` listens)"),
-    ("TTS_ENDPOINT_NAME", "a SageMaker endpoint's name: use it instead of TTS_URL"),
-    ("TTS_VOICE", "the voice when a request names none (default: the TTS server's, af_heart)"),
-    ("TTS_SPEED", "the speed when a request gives none, 0.5-2.0 (default: 1.0)"),
-    ("TTS_CONNECT_TIMEOUT_S", "seconds to open a TTS session (default 10)"),
-    ("TTS_IDLE_TIMEOUT_S", "longest wait for audio that is owed (default 30)"),
-    ("TTS_BUSY_RETRY_S", "how long a batch reply retries a TTS server that answers server_busy (default 10)"),
-    ("LLM_IDLE_TIMEOUT_S", "longest wait for the LLM's next token (default 60)"),
-    ("AGENT_MAX_PROMPT_CHARS", "the longest prompt accepted (default 8000)"),
-    ("AGENT_WEB_PAGE", "1/0: serve the demo page at / (default: only on a loopback address)"),
-    ("AGENT_HOST", "default of --host"),
-    ("AGENT_PORT", "default of --port"),
-    ("LOG_LEVEL", "DEBUG, INFO (default), WARNING or ERROR"),
-    ("LOG_FORMAT", "json (one object per line; the image's default) or text (the default elsewhere)"),
-    ("AGENT_OBSERVABILITY_ENABLED", "true under `opentelemetry-instrument` (the image): ADOT exports the traces"),
-)
-
-
-def _str(name: str, default: str | None = None) -> str | None:
-    value = os.environ.get(name, "").strip()
-    return value or default
-
-
-def _float(name: str, default: float) -> float:
-    value = os.environ.get(name, "").strip()
-    return float(value) if value else default
-
-
-def _int(name: str, default: int) -> int:
-    value = os.environ.get(name, "").strip()
-    return int(value) if value else default
-
-
-def _bool(name: str, default: bool) -> bool:
-    value = os.environ.get(name, "").strip().lower()
-    return default if not value else value in ("1", "true", "yes", "on")
-
-
-def _optional_bool(name: str) -> bool | None:
-    """None when unset, so the caller can pick a default from the context."""
-    return _bool(name, False) if os.environ.get(name, "").strip() else None
-
-
 @dataclass(frozen=True)
 class AgentSettings:
     # --- the LLM ---
     # scripted (the embedded default: a simulated LLM, no network), bedrock, or openai (any compatible server).
-    model: str = field(default_factory=lambda: _str("AGENT_MODEL", "scripted") or "scripted")
-    system_prompt: str = field(default_factory=lambda: _str("AGENT_SYSTEM_PROMPT", DEFAULT_SYSTEM_PROMPT) or "")
-    bedrock_model_id: str | None = field(default_factory=lambda: _str("BEDROCK_MODEL_ID"))
-    aws_region: str | None = field(default_factory=lambda: _str("AWS_REGION") or _str("AWS_DEFAULT_REGION"))
-    openai_base_url: str | None = field(default_factory=lambda: _str("OPENAI_BASE_URL"))
-    openai_api_key: str | None = field(default_factory=lambda: _str("OPENAI_API_KEY"))
-    openai_model: str | None = field(default_factory=lambda: _str("OPENAI_MODEL"))
-    max_tokens: int = field(default_factory=lambda: _int("AGENT_MAX_TOKENS", 400))
+    model: str = setting(
+        "AGENT_MODEL", "scripted", "the LLM: scripted (a simulated LLM that ignores the prompt), bedrock or openai"
+    )
+    system_prompt: str = setting(
+        "AGENT_SYSTEM_PROMPT", DEFAULT_SYSTEM_PROMPT, "the system prompt (default: short, plain spoken sentences)"
+    )
+    max_tokens: int = setting("AGENT_MAX_TOKENS", 400, "the reply's token limit")
+    bedrock_model_id: str | None = setting(
+        "BEDROCK_MODEL_ID", None, "AGENT_MODEL=bedrock: the model id (unset: Strands' default model)", str
+    )
+    # Unset: boto3's own resolution (AWS_DEFAULT_REGION, then the profile's).
+    aws_region: str | None = setting("AWS_REGION", None, "Bedrock and SageMaker region", str)
+    openai_base_url: str | None = setting(
+        "OPENAI_BASE_URL", None, "AGENT_MODEL=openai: any OpenAI-compatible server (vLLM, llama.cpp, Ollama)", str
+    )
+    openai_api_key: str | None = setting("OPENAI_API_KEY", None, "AGENT_MODEL=openai: its API key", str)
+    openai_model: str | None = setting("OPENAI_MODEL", None, "AGENT_MODEL=openai: its model name", str)
     # The scripted model's cadence: time to first token and tokens per second (about 5 s for its reply).
-    scripted_ttft_s: float = field(default_factory=lambda: _float("SCRIPTED_TTFT_S", 0.6))
-    scripted_tokens_per_s: float = field(default_factory=lambda: _float("SCRIPTED_TOKENS_PER_S", 15.0))
-    scripted_reply: str | None = field(default_factory=lambda: _str("SCRIPTED_REPLY"))
+    scripted_ttft_s: float = setting("SCRIPTED_TTFT_S", 0.6, "the scripted model's time to first token (s)")
+    scripted_tokens_per_s: float = setting("SCRIPTED_TOKENS_PER_S", 15.0, "the scripted model's token rate")
+    scripted_reply: str | None = setting(
+        "SCRIPTED_REPLY", None, "the scripted model's reply (unset: five sentences about itself)", str
+    )
 
     # --- the TTS server ---
     # Local: the container's base URL. SageMaker: the endpoint's name (then TTS_URL is ignored).
-    tts_url: str = field(default_factory=lambda: _str("TTS_URL", "http://127.0.0.1:8080") or "")
-    tts_endpoint_name: str | None = field(default_factory=lambda: _str("TTS_ENDPOINT_NAME"))
-    voice: str | None = field(default_factory=lambda: _str("TTS_VOICE"))
-    speed: float | None = field(default_factory=lambda: _float("TTS_SPEED", 0.0) or None)
+    tts_url: str = setting("TTS_URL", "http://127.0.0.1:8080", "the TTS server's base URL (where `make serve` listens)")
+    tts_endpoint_name: str | None = setting(
+        "TTS_ENDPOINT_NAME", None, "a SageMaker endpoint's name: use it instead of TTS_URL", str
+    )
+    voice: str | None = setting("TTS_VOICE", None, "the voice when a request names none (unset: the server's)", str)
+    speed: float | None = setting("TTS_SPEED", None, "the speed when a request gives none, 0.5-2.0", float)
 
     # --- the pipeline ---
-    tts_connect_timeout_s: float = field(default_factory=lambda: _float("TTS_CONNECT_TIMEOUT_S", 10.0))
-    # Longest wait for the next audio while a sentence is waiting for it (the first chunk of a long sentence
-    # on a busy CPU takes a few seconds).
-    tts_idle_timeout_s: float = field(default_factory=lambda: _float("TTS_IDLE_TIMEOUT_S", 30.0))
-    # How long a batch reply keeps retrying a TTS server that refuses it with server_busy (then: tts_busy).
-    tts_busy_retry_s: float = field(default_factory=lambda: _float("TTS_BUSY_RETRY_S", 10.0))
-    # Longest wait for the LLM's next token (the first one included).
-    llm_idle_timeout_s: float = field(default_factory=lambda: _float("LLM_IDLE_TIMEOUT_S", 60.0))
-    # Sentences shorter than this are merged into the next one (0 = off; see chunker.py).
-    max_prompt_chars: int = field(default_factory=lambda: _int("AGENT_MAX_PROMPT_CHARS", 8000))
+    tts_connect_timeout_s: float = setting("TTS_CONNECT_TIMEOUT_S", 10.0, "seconds to open a TTS session")
+    # The first chunk of a long sentence on a busy CPU takes a few seconds.
+    tts_idle_timeout_s: float = setting("TTS_IDLE_TIMEOUT_S", 30.0, "longest wait for audio that is owed (s)")
+    # Then the reply ends with tts_busy.
+    tts_busy_retry_s: float = setting(
+        "TTS_BUSY_RETRY_S", 10.0, "how long a batch reply retries a TTS server that answers server_busy (s)"
+    )
+    # The first token included.
+    llm_idle_timeout_s: float = setting("LLM_IDLE_TIMEOUT_S", 60.0, "longest wait for the LLM's next token (s)")
+    max_prompt_chars: int = setting("AGENT_MAX_PROMPT_CHARS", 8000, "the longest prompt accepted")
 
     # --- the web page (voice_agent/web) ---
     # Unset (None): `voice-agent serve` shows it only when it binds a loopback address, so the deployed container
     # (--host 0.0.0.0, no AGENT_WEB_PAGE) never serves it; create_app() alone treats None as off.
-    web_page: bool | None = field(default_factory=lambda: _optional_bool("AGENT_WEB_PAGE"))
+    web_page: bool | None = setting(
+        "AGENT_WEB_PAGE", None, "1/0: serve the demo page at / (unset: only on a loopback address)", bool
+    )
+
+    # --- the command (`voice-agent serve`; its --host and --port win) ---
+    # AgentCore Runtime sends requests to port 8080; the container passes --host 0.0.0.0.
+    host: str = setting("AGENT_HOST", "127.0.0.1", "the default of --host")
+    port: int = setting("AGENT_PORT", 8080, "the default of --port")
 
     @property
     def uses_sagemaker(self) -> bool:
         return self.tts_endpoint_name is not None
+
+
+def environment() -> dict[str, str]:
+    """What `voice-agent serve --help` lists: every setting's variable, then those read by what the agent runs."""
+    return {
+        **listing(AgentSettings),
+        "AWS_DEFAULT_REGION": "the region when AWS_REGION is unset (boto3 reads it, then the profile)",
+        "LOG_LEVEL": "DEBUG, INFO (default), WARNING or ERROR",
+        "LOG_FORMAT": "json (one object per line; the image's default) or text (the default elsewhere)",
+        "AGENT_OBSERVABILITY_ENABLED": "true under `opentelemetry-instrument` (the image): ADOT exports the traces",
+    }

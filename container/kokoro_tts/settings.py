@@ -6,97 +6,71 @@ comment above it says why it exists. A value that does not parse is a ``SettingE
 
 from __future__ import annotations
 
-import os
-from dataclasses import Field, dataclass, field, fields
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from kokoro_client.audio import MAX_SPEED, MIN_SPEED
+from kokoro_client.environment import SettingError, listing, setting
 
-
-class SettingError(ValueError):
-    """An environment variable's value is not one its setting takes."""
-
-
-def _from_env[T](env: str, default: T) -> T:
-    raw = os.environ.get(env)
-    if not raw:
-        return default
-    kind: Any = type(default)
-    if kind is bool:
-        if raw not in ("0", "1"):
-            raise SettingError(f"{env}={raw!r}: use 1 (on) or 0 (off)")
-        return raw == "1"  # type: ignore[return-value]
-    try:
-        made: T = kind(raw)
-        return made
-    except ValueError:
-        raise SettingError(f"{env}={raw!r}: expected {'an integer' if kind is int else 'a number'}") from None
-
-
-def _setting[T](env: str, default: T, help: str) -> T:
-    """A field read from ``env`` when it is set and not empty, else ``default``."""
-    metadata = {"env": env, "help": help, "default": default}
-    made: T = field(default_factory=lambda: _from_env(env, default), metadata=metadata)
-    return made
+__all__ = ["SettingError", "Settings", "environment"]
 
 
 @dataclass(frozen=True)
 class Settings:
     # SageMaker mounts the S3 weight cache at /opt/ml/model; locally `make weights` fills models/kokoro.
-    model_dir: Path = _setting("KOKORO_MODEL_DIR", Path("/opt/ml/model"), "the weight layout")
-    backend: str = _setting("KOKORO_BACKEND", "onnx", "onnx (any CPU) or torch (the GPU image)")
-    device: str = _setting("KOKORO_DEVICE", "auto", "auto, cpu or cuda")
-    default_voice: str = _setting("KOKORO_DEFAULT_VOICE", "af_heart", "the voice when a request names none")
+    model_dir: Path = setting("KOKORO_MODEL_DIR", Path("/opt/ml/model"), "the weight layout")
+    backend: str = setting("KOKORO_BACKEND", "onnx", "onnx (any CPU) or torch (the GPU image)")
+    device: str = setting("KOKORO_DEVICE", "auto", "auto, cpu or cuda")
+    default_voice: str = setting("KOKORO_DEFAULT_VOICE", "af_heart", "the voice when a request names none")
     # Long enough for any spoken reply, short enough that one request cannot occupy the engine for minutes.
     # Longer text is rejected with text_too_long, never truncated.
-    max_text_chars: int = _setting("KOKORO_MAX_TEXT_CHARS", 5000, "characters per utterance")
+    max_text_chars: int = setting("KOKORO_MAX_TEXT_CHARS", 5000, "characters per utterance")
     # Beyond the one in flight.
-    max_queued_utterances: int = _setting("KOKORO_MAX_QUEUED", 32, "utterances queued in one WebSocket session")
+    max_queued_utterances: int = setting("KOKORO_MAX_QUEUED", 32, "utterances queued in one WebSocket session")
     # One more is refused (close 1013, reason server_busy).
-    max_sessions: int = _setting("KOKORO_MAX_SESSIONS", 256, "WebSocket sessions open at once")
+    max_sessions: int = setting("KOKORO_MAX_SESSIONS", 256, "WebSocket sessions open at once")
     # HTTP requests and session utterances alike; beyond it a new one is answered server_busy at once rather than
     # queued behind minutes of work.
-    max_waiting_first_chunks: int = _setting(
+    max_waiting_first_chunks: int = setting(
         "KOKORO_MAX_WAITING", 16, "utterances server-wide waiting for their first audio (or twice the stream slots)"
     )
     # Behind the work already accepted (the scheduler's estimate, engine/scheduler.py), or for a stream slot
     # (engine/capacity.py); beyond it the request is refused with server_busy and a Retry-After, so accepted work
     # keeps its pace and the client can go elsewhere instead of timing out.
-    max_first_audio_wait_s: float = _setting(
+    max_first_audio_wait_s: float = setting(
         "KOKORO_MAX_FIRST_AUDIO_WAIT_S", 4.0, "longest first-audio wait a new synthesis is taken for (s)"
     )
     # A stream (a session speaking, an HTTP synthesis) starts only when the engine can play it through without a
     # gap beside those already playing (engine/capacity.py); past the slots it waits for its first audio up to
     # KOKORO_MAX_FIRST_AUDIO_WAIT_S, then server_busy. -1 starts every stream at once, however many there are.
-    streams: int = _setting(
+    streams: int = setting(
         "KOKORO_STREAMS", 0, "streams played at once without a gap (0: measured at warm-up; -1: no limit)"
     )
     # Each holds a scheduler slot until its last chunk.
-    max_http_streams: int = _setting("KOKORO_MAX_HTTP_STREAMS", 32, "HTTP syntheses streaming at once")
-    max_h2_streams: int = _setting("KOKORO_MAX_H2_STREAMS", 8, "HTTP/2 streams one connection may have open")
-    body_timeout_s: float = _setting("KOKORO_BODY_TIMEOUT_S", 10.0, "seconds to send a whole HTTP request body")
+    max_http_streams: int = setting("KOKORO_MAX_HTTP_STREAMS", 32, "HTTP syntheses streaming at once")
+    max_h2_streams: int = setting("KOKORO_MAX_H2_STREAMS", 8, "HTTP/2 streams one connection may have open")
+    body_timeout_s: float = setting("KOKORO_BODY_TIMEOUT_S", 10.0, "seconds to send a whole HTTP request body")
     # In-flight utterances finish or end with a shutting_down error, then sessions close with 1001. SageMaker
     # gives a container 30 s after SIGTERM before it kills it.
-    shutdown_grace_s: float = _setting("KOKORO_SHUTDOWN_GRACE_S", 20.0, "seconds from SIGTERM to exit")
-    max_message_bytes: int = _setting(
+    shutdown_grace_s: float = setting("KOKORO_SHUTDOWN_GRACE_S", 20.0, "seconds from SIGTERM to exit")
+    max_message_bytes: int = setting(
         "KOKORO_MAX_MESSAGE_BYTES", 64 * 1024, "largest WebSocket message or HTTP body, in bytes"
     )
     # 0: the backend chooses (onnx on a CPU: one per core, a job alone using every core; a GPU: one);
     # engine/backends/ort_sessions.py says why.
-    workers: int = _setting("KOKORO_WORKERS", 0, "inference jobs side by side when several wait (0: the backend's)")
+    workers: int = setting("KOKORO_WORKERS", 0, "inference jobs side by side when several wait (0: the backend's)")
     # onnxruntime's intra-op threads.
-    threads: int = _setting("KOKORO_THREADS", 0, "threads inside one inference job (0: the backend chooses)")
+    threads: int = setting("KOKORO_THREADS", 0, "threads inside one inference job (0: the backend chooses)")
     # Token batches of several streams due together, decoded in one padded call (engine/backends/torch_batch.py):
     # on a GPU one call for many streams costs about what one does. torch only; 0: 16 on a GPU, 1 on a CPU.
-    batch: int = _setting("KOKORO_BATCH", 0, "streams' chunks one torch call decodes at most (0: the backend's)")
+    batch: int = setting("KOKORO_BATCH", 0, "streams' chunks one torch call decodes at most (0: the backend's)")
     # The generator's Snake activations as one vectorised kernel (engine/backends/snake.py) where it is built; 0
     # runs the graph's own operators, as the benchmark does to compare the two.
-    fused_snake: bool = _setting("KOKORO_FUSED_SNAKE", True, "the fused Snake kernel, where it is built (1 or 0)")
+    fused_snake: bool = setting("KOKORO_FUSED_SNAKE", True, "the fused Snake kernel, where it is built (1 or 0)")
     # Each window its own scheduler job, so the first audio costs one short window (engine/windows.py); 0 is the
     # side-by-side baseline. onnx only.
-    windowed: bool = _setting("KOKORO_WINDOWED", True, "1: decode each chunk's audio in vocoder windows; 0: whole")
-    warmup_text: str = _setting(
+    windowed: bool = setting("KOKORO_WINDOWED", True, "1: decode each chunk's audio in vocoder windows; 0: whole")
+    warmup_text: str = setting(
         "KOKORO_WARMUP_TEXT", "Warming up the speech engine.", "the sentence synthesized once before /ping is 200"
     )
     min_speed: float = MIN_SPEED
@@ -105,15 +79,4 @@ class Settings:
 
 def environment() -> dict[str, str]:
     """Each setting's variable → its help and default, as ``serve --help`` lists them."""
-    declared: tuple[Field[Any], ...] = fields(Settings)
-    return {
-        f.metadata["env"]: f"{f.metadata['help']} ({_shown(f.metadata['default'])})"
-        for f in declared
-        if "env" in f.metadata
-    }
-
-
-def _shown(default: object) -> str:
-    if isinstance(default, bool):
-        return "1" if default else "0"
-    return str(default)
+    return listing(Settings)

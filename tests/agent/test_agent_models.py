@@ -123,7 +123,7 @@ def test_settings_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setenv("TTS_URL", "http://tts:8080")
     monkeypatch.setenv("TTS_ENDPOINT_NAME", "kokoro-endpoint")
     monkeypatch.setenv("TTS_SPEED", "1.2")
-    monkeypatch.setenv("AGENT_WEB_PAGE", "yes")
+    monkeypatch.setenv("AGENT_WEB_PAGE", "1")
     settings = AgentSettings()
     assert (settings.model, settings.tts_url) == ("bedrock", "http://tts:8080")
     assert settings.tts_endpoint_name == "kokoro-endpoint"
