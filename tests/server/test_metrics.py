@@ -59,7 +59,18 @@ def test_metrics_parse_and_move_with_each_route(server: RunningServer) -> None:
     )
     assert openai.status_code == 200
     bad = httpx.post(f"{server.base_url}/invocations", json={"text": "   "}, timeout=10)
-    assert bad.status_code == 400
+    assert bad.status_code == 400 and bad.json()["error"]["code"] == "empty_text"
+    # Every route's refusal goes through one path (routes/errors.py): counted once under its route's label, in
+    # OpenAI's error shape where the clients are OpenAI's.
+    bad_openai = httpx.post(
+        f"{server.base_url}/v1/audio/speech", json={"model": "kokoro", "input": " ", "voice": "alloy"}, timeout=10
+    )
+    assert bad_openai.status_code == 400
+    assert bad_openai.json()["error"]["type"] == "invalid_request_error", bad_openai.json()
+    bad_captioned = httpx.post(f"{server.base_url}/dev/captioned_speech", json={"input": "Hi.", "stream": "no"})
+    assert bad_captioned.json()["error"]["type"] == "invalid_request_error", bad_captioned.json()
+    unknown = httpx.get(f"{server.base_url}/v1/models/whisper-1", timeout=10)
+    assert unknown.json()["error"]["code"] == "unknown_model", unknown.json()
 
     after = scrape(server.base_url)
 
@@ -76,7 +87,9 @@ def test_metrics_parse_and_move_with_each_route(server: RunningServer) -> None:
         assert moved("kokoro_tts_time_to_first_audio_seconds_bucket", route=route, le="+Inf") == 1, route
     assert moved("kokoro_tts_errors_total", route="ws", code="invalid_json") == 1
     assert moved("kokoro_tts_errors_total", route="invocations", code="empty_text") == 1
-    assert moved("kokoro_tts_errors_total", route="openai", code="empty_text") == 0
+    assert moved("kokoro_tts_errors_total", route="openai", code="empty_text") == 1
+    assert moved("kokoro_tts_errors_total", route="captioned", code="invalid_message") == 1
+    assert moved("kokoro_tts_errors_total", route="other", code="unknown_model") == 1
     assert moved("kokoro_tts_utterances_total", route="ws", outcome="cancelled") == 0
     # Each of the three utterances (one short text chunk each) ran one G2P job and one job for its first audio.
     for job in ("phonemes", "first_audio"):

@@ -24,36 +24,29 @@ from kokoro_client.protocol import WordTiming
 from starlette.requests import Request
 from starlette.responses import Response
 
-from kokoro_tts import metrics
 from kokoro_tts.engine.synthesis import AudioChunk
-from kokoro_tts.routes.openai import SpeechBody, error_response, speech_body
-from kokoro_tts.routes.streaming import GONE, ClientGone, engine_of, first_then, json_body, read_body, stream_speech
+from kokoro_tts.routes.openai import SpeechBody, speech_body
+from kokoro_tts.routes.streaming import engine_of, first_then, json_body, read_body, stream_speech
 
 CAPTIONED_PATH = "/dev/captioned_speech"
 
 
 async def captioned_speech(request: Request) -> Response:
-    try:
-        engine = engine_of(request)
-        fields = json_body(await read_body(request, engine))
-        body = speech_body(engine, fields)
-        stream = fields.get("stream", True)
-        if not isinstance(stream, bool | None):
-            raise TTSError(ErrorCode.INVALID_MESSAGE, "'stream' must be true or false.")
-        stream = stream is not False
+    engine = engine_of(request)
+    fields = json_body(await read_body(request, engine))
+    body = speech_body(engine, fields)
+    stream = fields.get("stream", True)
+    if not isinstance(stream, bool | None):
+        raise TTSError(ErrorCode.INVALID_MESSAGE, "'stream' must be true or false.")
+    stream = stream is not False
 
-        def render(first: AudioChunk, rest: AsyncGenerator[AudioChunk]) -> AsyncIterator[bytes]:
-            pieces = _pieces(first, rest, body)
-            return _lines(pieces) if stream else _whole(pieces, body)
+    def render(first: AudioChunk, rest: AsyncGenerator[AudioChunk]) -> AsyncIterator[bytes]:
+        pieces = _pieces(first, rest, body)
+        return _lines(pieces) if stream else _whole(pieces, body)
 
-        media_type = "application/x-ndjson" if stream else "application/json"
-        headers = {"X-Sample-Rate": str(body.sample_rate)}
-        return await stream_speech(request, engine, body.speech, render, media_type, headers)
-    except TTSError as error:
-        metrics.error("captioned", error.code)
-        return error_response(error)
-    except ClientGone:
-        return GONE
+    media_type = "application/x-ndjson" if stream else "application/json"
+    headers = {"X-Sample-Rate": str(body.sample_rate)}
+    return await stream_speech(request, engine, body.speech, render, media_type, headers)
 
 
 async def _lines(pieces: AsyncIterator[dict[str, Any]]) -> AsyncIterator[bytes]:

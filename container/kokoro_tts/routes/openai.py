@@ -25,7 +25,6 @@ from sse_starlette import JSONServerSentEvent
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from kokoro_tts import metrics
 from kokoro_tts.audio.encoding import AudioFormat, OffLoopEncoder, audio_format, make_encoder, output_rate
 from kokoro_tts.audio.tempo import TempoStretcher, split_speed
 from kokoro_tts.engine.backends.stages import SAMPLES_PER_FRAME
@@ -33,8 +32,6 @@ from kokoro_tts.engine.requests import SpeechRequest, speed_within
 from kokoro_tts.engine.synthesis import AudioChunk, TTSEngine
 from kokoro_tts.routes import streaming
 from kokoro_tts.routes.streaming import (
-    GONE,
-    ClientGone,
     Render,
     encoded,
     engine_of,
@@ -195,18 +192,12 @@ def voice_spec(voice: object) -> object:
 
 
 async def speech(request: Request) -> Response:
-    try:
-        engine = engine_of(request)
-        params = _speech_params(engine, json_body(await read_body(request, engine)))
-        body = params.body
-        media_type = "text/event-stream" if params.sse else body.content_type
-        headers = {"X-Sample-Rate": str(body.sample_rate)}
-        return await stream_speech(request, engine, body.speech, _render(params), media_type, headers)
-    except TTSError as error:
-        metrics.error("openai", error.code)
-        return error_response(error)
-    except ClientGone:
-        return GONE
+    engine = engine_of(request)
+    params = _speech_params(engine, json_body(await read_body(request, engine)))
+    body = params.body
+    media_type = "text/event-stream" if params.sse else body.content_type
+    headers = {"X-Sample-Rate": str(body.sample_rate)}
+    return await stream_speech(request, engine, body.speech, _render(params), media_type, headers)
 
 
 def _render(params: _SpeechParams) -> Render:
@@ -316,11 +307,7 @@ def _encode(event: dict[str, Any]) -> bytes:
 async def voices(request: Request) -> Response:
     """Every voice this server can speak (packs whose language the phonemizer supports), as Kokoro-FastAPI lists
     them; OpenAI's names are aliases of some of these, not voices of their own."""
-    try:
-        engine = engine_of(request)
-    except TTSError as error:
-        return error_response(error)
-    return JSONResponse({"voices": engine.voices.names})
+    return JSONResponse({"voices": engine_of(request).voices.names})
 
 
 def _model(model_id: str) -> dict[str, Any]:
@@ -341,8 +328,5 @@ async def models(request: Request) -> Response:
 
 async def model(request: Request) -> Response:
     model_id = request.path_params["model_id"]
-    try:
-        _check_model(model_id)
-    except TTSError as error:
-        return error_response(error)
+    _check_model(model_id)
     return JSONResponse(_model(model_id))

@@ -10,16 +10,12 @@ from kokoro_client.errors import ErrorCode, TTSError, quoted
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from kokoro_tts import metrics
 from kokoro_tts.audio.encoding import AudioFormat, audio_format, off_loop_encoder, output_rate
 from kokoro_tts.engine.requests import SpeechRequest
 from kokoro_tts.engine.synthesis import TTSEngine
 from kokoro_tts.routes.streaming import (
-    GONE,
-    ClientGone,
     encoded,
     engine_of,
-    error_response,
     json_body,
     read_body,
     stream_speech,
@@ -101,16 +97,10 @@ class Invocation:
 async def invocations(request: Request) -> Response:
     if asks_for_health(request):
         return await health(request)
-    try:
-        engine = engine_of(request)
-        body = await read_body(request, engine)
-        invocation = Invocation.parse(engine, _invocation_fields(request, body))
-        return await _stream(request, engine, invocation)
-    except TTSError as error:
-        metrics.error("invocations", error.code)
-        return error_response(error)
-    except ClientGone:
-        return GONE
+    engine = engine_of(request)
+    body = await read_body(request, engine)
+    invocation = Invocation.parse(engine, _invocation_fields(request, body))
+    return await _stream(request, engine, invocation)
 
 
 def _invocation_fields(request: Request, body: bytes) -> dict[str, Any]:

@@ -22,6 +22,7 @@ from starlette.websockets import WebSocket
 
 from kokoro_tts import metrics
 from kokoro_tts.engine.synthesis import TTSEngine
+from kokoro_tts.routes import errors
 from kokoro_tts.routes import openai as openai_api
 from kokoro_tts.routes.captioned import CAPTIONED_PATH, captioned_speech
 from kokoro_tts.routes.sagemaker import health, invocations, ping
@@ -106,6 +107,7 @@ def create_app(
             WebSocketRoute(SPEAK_PATH, deepgram_speak),
         ],
         middleware=[Middleware(RequestIds)],
+        exception_handlers=errors.HANDLERS,
         lifespan=lifespan,
     )
 
