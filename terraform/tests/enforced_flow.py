@@ -31,7 +31,6 @@ A refused call stops the run: exit 1 with "DENIED <step>: <principal> may not <a
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import shutil
@@ -47,17 +46,21 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
-sys.path[:0] = [str(REPO), str(HERE)]
+sys.path[:0] = [str(REPO), str(REPO / "tests"), str(HERE)]
 
 POLICY_DIR = REPO / "docs" / "deployer-policy"
 DEPLOYER_POLICIES = ("images-and-weights", "roles", "deployment")
 BOUNDARY = "role-boundary"
+
+
 # The bootstrap's requests: the deployer (user, a managed policy and its attachment per policy, access key), the
 # administrator (user, inline policy, access key) and the boundary policy.
 def bootstrap_calls(policies: int) -> int:
     return 2 + 2 * policies + 3 + 1
 
+
 from iam_authorizer import AccessDenied, Authorizer, Call, Decision, evaluate, load_decisions  # noqa: E402
+from support.ecr_images import push_image  # noqa: E402
 
 REGION = "us-east-1"
 TERRAFORM_TIMEOUT_S = 300
@@ -268,24 +271,6 @@ def weight_layout(dest: Path) -> Path:
     return dest
 
 
-def push_manifest(ecr: Any, repository: str, tag: str) -> None:
-    config = json.dumps({"tag": tag, "repository": repository}).encode()
-    manifest = json.dumps(
-        {
-            "schemaVersion": 2,
-            "mediaType": "application/vnd.docker.distribution.manifest.v2+json",
-            "config": {
-                "mediaType": "application/vnd.docker.container.image.v1+json",
-                "size": len(config),
-                "digest": "sha256:" + hashlib.sha256(config).hexdigest(),
-            },
-            "layers": [],
-        }
-    )
-    digest = "sha256:" + hashlib.sha256(manifest.encode()).hexdigest()
-    ecr.put_image(repositoryName=repository, imageManifest=manifest, imageTag=tag, imageDigest=digest)
-
-
 @contextmanager
 def bucket_policy_lifted(s3_admin: Any, bucket: str) -> Iterator[None]:
     """moto evaluates the bucket policy's aws:SecureTransport condition as false on every object request (it reads
@@ -356,7 +341,7 @@ def run_flow(url: str, deployer: dict[str, str], admin: dict[str, str], authoriz
         images = {}
         for key in ("tts_repository_url", "agent_repository_url"):
             repository = Repository.parse(str(shared[key]))
-            push_manifest(ecr, repository.name, "v1")
+            push_image(ecr, repository.name, "v1", {"repository": repository.name})
             digest = image_digest(ecr, repository, "v1")
             assert digest, f"{repository.name}:v1 was pushed but has no digest"
             images[key] = repository.image_uri(digest)
@@ -459,7 +444,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     log_path.unlink(missing_ok=True)
     authorizer = Authorizer(log_path)
     started = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="enforced-flow-") as tmp, moto_server(authorizer, bootstrap_calls(len(policies))) as url:
+    with (
+        tempfile.TemporaryDirectory(prefix="enforced-flow-") as tmp,
+        moto_server(authorizer, bootstrap_calls(len(policies))) as url,
+    ):
         log("== bootstrap")
         deployer, admin = bootstrap(url, policies)
         try:
@@ -481,7 +469,9 @@ def needs(decisions: list[Decision], policies: dict[str, dict[str, Any]]) -> dic
             if statement["Effect"] != "Allow":
                 continue
             rest = list(without(policies, [statement["Sid"]]).values())
-            result[statement["Sid"]] = [d for d in mine if evaluate(rest, Call(d.action, d.resource, d.context)) is None]
+            result[statement["Sid"]] = [
+                d for d in mine if evaluate(rest, Call(d.action, d.resource, d.context)) is None
+            ]
     return result
 
 
@@ -506,7 +496,9 @@ OTHER_BOUNDARY = "arn:aws:iam::aws:policy/AdministratorAccess"
 TRUST = json.dumps(
     {
         "Version": "2012-10-17",
-        "Statement": [{"Effect": "Allow", "Principal": {"Service": "sagemaker.amazonaws.com"}, "Action": "sts:AssumeRole"}],
+        "Statement": [
+            {"Effect": "Allow", "Principal": {"Service": "sagemaker.amazonaws.com"}, "Action": "sts:AssumeRole"}
+        ],
     }
 )
 EVERYTHING = json.dumps({"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]})
@@ -515,7 +507,11 @@ EVERYTHING = json.dumps({"Version": "2012-10-17", "Statement": [{"Effect": "Allo
 def escalation_attempts(iam: Any, boundary: str) -> list[tuple[str, Callable[[], Any], bool]]:
     role = f"{NAME}-escalation"
     return [
-        ("create a role without a boundary", lambda: iam.create_role(RoleName=role, AssumeRolePolicyDocument=TRUST), True),
+        (
+            "create a role without a boundary",
+            lambda: iam.create_role(RoleName=role, AssumeRolePolicyDocument=TRUST),
+            True,
+        ),
         (
             "create a role with another boundary",
             lambda: iam.create_role(RoleName=role, AssumeRolePolicyDocument=TRUST, PermissionsBoundary=OTHER_BOUNDARY),

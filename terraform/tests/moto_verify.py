@@ -12,7 +12,6 @@ the resources as AWS would report them, not Terraform's own idea of them.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import re
 import sys
@@ -21,6 +20,9 @@ from typing import Any
 
 import boto3
 from botocore.exceptions import ClientError
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))  # for support.*
+from support.ecr_images import push_image
 
 REGION = "us-east-1"
 WEIGHT_FILE = "config.json"
@@ -56,23 +58,9 @@ def repository_name(repository_url: str) -> str:
     return repository_url.split("/", 1)[1]
 
 
-def push_image(ecr: Any, repository_url: str, label: str) -> str:
-    """Registers a minimal image manifest and returns <repository url>@<digest>."""
-    config = json.dumps({"label": label}).encode()
-    manifest = {
-        "schemaVersion": 2,
-        "mediaType": "application/vnd.docker.distribution.manifest.v2+json",
-        "config": {
-            "mediaType": "application/vnd.docker.container.image.v1+json",
-            "size": len(config),
-            "digest": "sha256:" + hashlib.sha256(config).hexdigest(),
-        },
-        "layers": [],
-    }
-    body = json.dumps(manifest)
-    # A registry's digest is the sha256 of the manifest; moto would derive one from the (empty) layers.
-    digest = "sha256:" + hashlib.sha256(body.encode()).hexdigest()
-    ecr.put_image(repositoryName=repository_name(repository_url), imageManifest=body, imageTag="v1", imageDigest=digest)
+def pushed_image(ecr: Any, repository_url: str, label: str) -> str:
+    """Registers a minimal image and returns <repository url>@<digest>."""
+    digest = push_image(ecr, repository_name(repository_url), "v1", {"label": label})
     return f"{repository_url}@{digest}"
 
 
@@ -91,8 +79,8 @@ def seed(args: argparse.Namespace) -> None:
     print(f"  ok: uploaded {shared['weights_s3_uri']}{WEIGHT_FILE}")
     ecr = client(args.endpoint, "ecr")
     tfvars = {
-        "tts_image_uri": push_image(ecr, shared["tts_repository_url"], "tts"),
-        "agent_image_uri": push_image(ecr, shared["agent_repository_url"], "agent"),
+        "tts_image_uri": pushed_image(ecr, shared["tts_repository_url"], "tts"),
+        "agent_image_uri": pushed_image(ecr, shared["agent_repository_url"], "agent"),
         "weights_bucket_name": shared["weights_bucket_name"],
         "weights_prefix": shared["weights_prefix"],
         "weights_kms_key_arn": shared["weights_kms_key_arn"],

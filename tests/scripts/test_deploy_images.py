@@ -6,16 +6,15 @@ and the one base image each Dockerfile names, resolved to the digest the registr
 from __future__ import annotations
 
 import base64
-import hashlib
 import json
 import sys
 from pathlib import Path
-from typing import Any
 
 import boto3
 import pytest
 from moto import mock_aws
 from support.deploy_harness import ACCOUNT, BASE, BASE_DIGEST, REGION, REPO, git, tool_dir
+from support.ecr_images import push_image
 
 from scripts.deploy.__main__ import main
 from scripts.deploy.base_image import BaseImageError, base_image, index_digest, resolve
@@ -29,25 +28,6 @@ pytestmark = pytest.mark.usefixtures("fake_aws_env")  # moto or a stand-in, neve
 # ECR
 
 
-def push_manifest(ecr: Any, repository: str, tag: str, label: str) -> str:
-    config = json.dumps({"label": label}).encode()
-    manifest = json.dumps(
-        {
-            "schemaVersion": 2,
-            "mediaType": "application/vnd.docker.distribution.manifest.v2+json",
-            "config": {
-                "mediaType": "application/vnd.docker.container.image.v1+json",
-                "size": len(config),
-                "digest": "sha256:" + hashlib.sha256(config).hexdigest(),
-            },
-            "layers": [],
-        }
-    )
-    digest = "sha256:" + hashlib.sha256(manifest.encode()).hexdigest()
-    ecr.put_image(repositoryName=repository, imageManifest=manifest, imageTag=tag, imageDigest=digest)
-    return digest
-
-
 def test_image_digest_of_a_pushed_tag(capsys: pytest.CaptureFixture[str]) -> None:
     with mock_aws():
         ecr = boto3.client("ecr", region_name=REGION)
@@ -55,7 +35,7 @@ def test_image_digest_of_a_pushed_tag(capsys: pytest.CaptureFixture[str]) -> Non
         repository = Repository.parse(url)
         assert (repository.account, repository.region, repository.name) == (ACCOUNT, REGION, "kokoro-tts/tts")
         assert image_digest(ecr, repository, "abc1234") is None
-        digest = push_manifest(ecr, "kokoro-tts/tts", "abc1234", "tts")
+        digest = push_image(ecr, "kokoro-tts/tts", "abc1234", {"label": "tts"})
         assert image_digest(ecr, repository, "abc1234") == digest
         assert repository.image_uri(digest) == f"{url}@{digest}"
 

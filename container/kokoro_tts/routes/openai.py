@@ -65,7 +65,8 @@ OPENAI_VOICES = {
     "verse": "am_puck",
 }
 
-MIN_SPEED, MAX_SPEED = 0.25, 4.0
+# OpenAI's range, wider than the model's (kokoro_client.audio): past the model's, the audio is time-stretched.
+OPENAI_MIN_SPEED, OPENAI_MAX_SPEED = 0.25, 4.0
 STREAM_FORMATS = ("audio", "sse")
 
 # The request field each code is about, for OpenAI's ``param``.
@@ -138,7 +139,7 @@ def speech_body(engine: TTSEngine, fields: dict[str, Any]) -> SpeechBody:
     if not isinstance(model, str):
         raise _FieldError(ErrorCode.INVALID_MESSAGE, "'model' must be a string such as 'kokoro'.", "model")
     _check_model(model)
-    speed = speed_within(fields.get("speed", 1.0), MIN_SPEED, MAX_SPEED)  # OpenAI's range: wider than the model's
+    speed = speed_within(fields.get("speed", 1.0), OPENAI_MIN_SPEED, OPENAI_MAX_SPEED)
     model_speed, tempo = split_speed(speed, engine.settings.min_speed, engine.settings.max_speed)
     speech = engine.rules.speech(
         fields.get("input"), voice_spec(fields.get("voice")), model_speed, literal=fields.get("literal")

@@ -14,7 +14,7 @@ person reading aloud says the words and lets the markup shape the reading:
 - table cells are read in turn, a pause between them, each row a sentence
 - HTML tags and comments are silent (a block tag ends its clause or sentence); character references are the
   characters they name (``&amp;`` is "&", read "and"; ``&nbsp;`` a space); a backslash escape is its character
-- emoji are silent: the cleaning after this step drops them (phonemes.clean_text)
+- emoji are silent: the cleaning after this step drops them (phonemes.clean_text_mapped)
 
 No construct needs its closing half to be decided (emphasis markers are dropped by what stands beside them, not by
 a matching partner), so a text cut into sentences or fragments reads the same as the whole. ``held_from`` says where

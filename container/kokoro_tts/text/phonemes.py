@@ -129,18 +129,14 @@ def _factory(lang: str) -> Callable[[], G2PFunction]:
     return lambda: _espeak(_ESPEAK_LANGUAGES[lang])
 
 
-def clean_text(text: str) -> str:
-    """Drop what should not be read aloud and normalise Unicode.
+def clean_text_mapped(text: str) -> tuple[str, TextMap]:
+    """``text`` without what should not be read aloud, Unicode normalised, and the map from the cleaned text back
+    to ``text`` (NFC composes within a base character and its combining marks, so each composed character maps to
+    that run).
 
     Control and format characters and lone surrogates go; so do emoji and pictographs (symbols from the arrows
     block up), which espeak-ng would otherwise read out by name ("grinning face"). ©, ®, ° and ™ stay.
     """
-    return clean_text_mapped(text)[0]
-
-
-def clean_text_mapped(text: str) -> tuple[str, TextMap]:
-    """``clean_text`` and the map from the cleaned text back to ``text`` (NFC composes within a base character and
-    its combining marks, so each composed character maps to that run)."""
     text = text.encode("utf-8", "replace").decode("utf-8").replace("\ufffd", " ")  # a lone surrogate is one "?"
     out: list[str] = []
     spans: list[tuple[int, int]] = []
@@ -164,13 +160,13 @@ def clean_text_mapped(text: str) -> tuple[str, TextMap]:
 
 
 class _Kept(dict[int, str]):
-    """``str.translate`` table: each character as ``clean_text`` keeps it (composition aside). Filled on first sight
-    of each character, bounded."""
+    """``str.translate`` table: each character as ``clean_text_mapped`` keeps it (composition aside). Filled on
+    first sight of each character, bounded."""
 
     def __missing__(self, code: int) -> str:
         ch = chr(code)
         if unicodedata.category(ch) == "Cs":
-            kept = "?"  # what clean_text's encode-and-replace makes of a lone surrogate
+            kept = "?"  # what clean_text_mapped's encode-and-replace makes of a lone surrogate
         else:
             kept = " " if ch == "\ufffd" else _keep(ch)
         if len(self) < 65536:
@@ -182,9 +178,9 @@ _KEPT = _Kept()
 
 
 def kept_characters(text: str) -> str:
-    """The characters of ``text`` that ``clean_text`` keeps, in a loop of C (a translate): cheap enough to decide on
-    the event loop whether a text has anything to read and how long its numbers are, while the cleaning itself, its
-    span map and normalization run in a worker thread."""
+    """The characters of ``text`` that ``clean_text_mapped`` keeps, in a loop of C (a translate): cheap enough to
+    decide on the event loop whether a text has anything to read and how long its numbers are, while the cleaning
+    itself, its span map and normalization run in a worker thread."""
     return text.translate(_KEPT)
 
 

@@ -24,33 +24,19 @@ import os
 import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # tests/, for support.*
+from support.ecr_images import push_image
+
 
 def build_and_push(args: list[str], logged_in: Path) -> None:
     opts = {args[i]: args[i + 1] for i in range(2, len(args) - 1) if args[i] in ("--platform", "-f", "-t")}
     repo, tag = opts["-t"].rsplit(":", 1)
     if "--push" not in args or not logged_in.exists() or logged_in.read_text() != repo.split("/")[0]:
         sys.exit("fake docker: push without a login to that registry")
-    config = json.dumps({"platform": opts["--platform"], "dockerfile": opts["-f"], "tag": tag}).encode()
-    manifest = json.dumps(
-        {
-            "schemaVersion": 2,
-            "mediaType": "application/vnd.docker.distribution.manifest.v2+json",
-            "config": {
-                "mediaType": "application/vnd.docker.container.image.v1+json",
-                "size": len(config),
-                "digest": "sha256:" + hashlib.sha256(config).hexdigest(),
-            },
-            "layers": [],
-        }
-    )
     import boto3  # only for the builds: the other calls stay quick
 
-    boto3.client("ecr", region_name=repo.split(".")[3]).put_image(
-        repositoryName=repo.split("/", 1)[1],
-        imageManifest=manifest,
-        imageTag=tag,
-        imageDigest="sha256:" + hashlib.sha256(manifest.encode()).hexdigest(),
-    )
+    config = {"platform": opts["--platform"], "dockerfile": opts["-f"], "tag": tag}
+    push_image(boto3.client("ecr", region_name=repo.split(".")[3]), repo.split("/", 1)[1], tag, config)
 
 
 def main(argv: list[str]) -> None:
