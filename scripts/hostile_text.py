@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 import httpx
+from kokoro_client import deepgram, protocol
 from kokoro_client.errors import ErrorCode
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
@@ -392,12 +393,12 @@ async def _session(base_url: str, route: str, text: str, answer: _Answer, outcom
     ws_base = base_url.replace("http://", "ws://", 1)
     if route == "bidi":
         async with connect(f"{ws_base}/invocations-bidirectional-stream", max_size=None) as ws:
-            await ws.send(json.dumps({"text": text, "voice": VOICE, "id": "hostile"}))
+            await ws.send(protocol.encode(protocol.Synthesize(text, id="hostile", voice=VOICE)))
             await _bidi_answer(ws, answer, outcome)
         return
     async with connect(f"{ws_base}/v1/speak?model={VOICE}&encoding=linear16&sample_rate={RATE}", max_size=None) as ws:
-        await ws.send(json.dumps({"type": "Speak", "text": text}))
-        await ws.send(json.dumps({"type": "Flush"}))
+        await ws.send(deepgram.encode(deepgram.Speak(text)))
+        await ws.send(deepgram.encode(deepgram.Flush()))
         await _deepgram_answer(ws, answer, outcome)
 
 
@@ -406,14 +407,14 @@ async def _bidi_answer(ws: ClientConnection, answer: _Answer, outcome: Outcome) 
         if isinstance(message, bytes):
             answer.add(message)
             continue
-        frame = json.loads(message)
-        if frame["type"] in ("synthesis_start", "error"):
+        frame = protocol.parse_server_frame(message)
+        if isinstance(frame, protocol.SynthesisStart | protocol.Error):
             answer.began()
-        if frame["type"] == "error":
-            outcome.codes.append(str(frame.get("code")))
-            if frame.get("id") in ("hostile", None):
+        if isinstance(frame, protocol.Error):
+            outcome.codes.append(frame.code)
+            if frame.id in ("hostile", None):
                 return
-        if frame["type"] == "synthesis_complete":
+        if isinstance(frame, protocol.SynthesisComplete):
             return
     outcome.problem = "the session closed before the utterance ended"
 
@@ -423,12 +424,12 @@ async def _deepgram_answer(ws: ClientConnection, answer: _Answer, outcome: Outco
         if isinstance(message, bytes):
             answer.add(message)
             continue
-        frame = json.loads(message)
-        if frame["type"] in ("Warning", "Error", "Flushed"):
+        frame = deepgram.parse_server_message(message)
+        if isinstance(frame, deepgram.WarningMessage | deepgram.ErrorMessage | deepgram.Flushed):
             answer.began()
-        if frame["type"] in ("Warning", "Error"):
-            outcome.codes.append(str(frame.get("code")))
-        if frame["type"] == "Flushed":
+        if isinstance(frame, deepgram.WarningMessage | deepgram.ErrorMessage):
+            outcome.codes.append(frame.code)
+        if isinstance(frame, deepgram.Flushed):
             return
     outcome.problem = "the session closed before Flushed"
 

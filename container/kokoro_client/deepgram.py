@@ -119,6 +119,19 @@ def encode(message: Command | ServerMessage) -> str:
     return json.dumps({"type": _TYPE_NAMES[type(message)], **vars(message)}, ensure_ascii=False)
 
 
+def parse_server_message(raw: str | bytes) -> ServerMessage:
+    """A server's JSON text message as a typed one; ``TTSError(invalid_message)`` if it is not one."""
+    try:
+        value = json.loads(raw)
+        kind = {name: cls for cls, name in _TYPE_NAMES.items()}[value.pop("type")]
+        if kind not in (Metadata, Flushed, Cleared, WarningMessage, ErrorMessage):
+            raise KeyError(kind)
+        message: ServerMessage = kind(**value)
+        return message
+    except (ValueError, RecursionError, AttributeError, KeyError, TypeError):
+        raise TTSError(ErrorCode.INVALID_MESSAGE, f"not a message of the Deepgram socket: {raw[:200]!r}") from None
+
+
 def parse_command(raw: str | bytes, max_bytes: int) -> Command:
     """A client's message as a command; ``TTSError`` (never anything else) if it is not one."""
     if len(raw) > max_bytes:

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from kokoro_client.protocol import SynthesisComplete, SynthesisStart, parse_server_frame
+from kokoro_client.protocol import Cancelled, Error, SynthesisComplete, SynthesisStart, server_frame
 from kokoro_client.utterances import UtteranceReader
 from websockets.asyncio.client import ClientConnection
 
@@ -41,7 +41,7 @@ class Transcript:
             if kind == "audio":
                 result[reader.audio(frame).id].audio += frame
                 continue
-            typed = reader.frame(parse_server_frame(json.dumps(frame)))
+            typed = reader.frame(server_frame(frame))
             if isinstance(typed, SynthesisStart):
                 result.setdefault(typed.id, Utterance(typed.id)).start = frame
             elif isinstance(typed, SynthesisComplete):
@@ -69,8 +69,9 @@ def completes(n: int) -> Any:
     seen: set[str] = set()
 
     def done(frame: dict[str, Any]) -> bool:
-        if frame["type"] in ("synthesis_complete", "cancelled") or (frame["type"] == "error" and "id" in frame):
-            seen.add(frame["id"])
+        typed = server_frame(frame)
+        if isinstance(typed, SynthesisComplete | Cancelled | Error) and typed.id is not None:
+            seen.add(typed.id)
         return len(seen) >= n
 
     return done
