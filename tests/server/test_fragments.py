@@ -17,6 +17,8 @@ from kokoro_tts.text.normalize import normalize
 from kokoro_tts.text.phonemes import clean_text_mapped
 from voice_agent.scripted_model import DEFAULT_REPLY, tokenize
 
+from scripts.bench.texts import FIRST_PIECE_REPLY, LONG_FIRST
+
 REPLIES = [
     "Sure! It costs $42.50 per month, or $1.2M for the lifetime plan. Call 555-1234 before 3:30 pm.",
     "Dr. Smith will see you on Jan 5, 2025 at 9:05 AM. Bring e.g. your ID, i.e. a passport. Thanks!",
@@ -108,12 +110,7 @@ def test_a_piece_never_ends_inside_markup_that_is_still_open() -> None:
 
 # --- speaking before the sentence ends (EarlyCut): a clock the test moves, tokens at a given rate -----------------
 
-# A first sentence of 35 tokens as the scripted model's tokenizer cuts it (sub-word pieces, punctuation alone).
-LONG_FIRST = (
-    "Thanks for waiting while I looked through your account history, and I can confirm that the refund of "
-    "forty-two dollars was approved on Tuesday morning by our billing team this week."
-)
-LONG_REPLY = LONG_FIRST + " It should reach your card within five business days. Anything else?"
+LONG_REPLY = FIRST_PIECE_REPLY
 
 
 class _Clock:
@@ -158,7 +155,7 @@ def test_a_slow_stream_speaks_a_clause_at_the_deadline_then_grows_to_sentences()
     assert first.text == "Thanks for waiting"
     texts = [piece.text for _, piece in timed]
     assert texts[1] == "while I looked through your account history,"  # the clause, not the words so far
-    assert texts[-2:] == ["It should reach your card within five business days.", "Anything else?"]
+    assert texts[-2:] == ["It should reach your card within five business days.", "Is there anything else?"]
     assert [LONG_REPLY[p.start : p.start + len(p.text)] for _, p in timed] == texts
     assert " ".join(texts) == LONG_REPLY
 
