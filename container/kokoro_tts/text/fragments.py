@@ -15,7 +15,8 @@ With an ``EarlyCut`` policy, a slow stream is not left silent while its sentence
 end has not come within ``wait_s`` of the first fragment, the text so far is spoken as a clause (up to its last
 comma, semicolon, colon or dash) or else a phrase (up to its last whole word), never fewer than ``min_words`` words
 and never inside a word, a number or markup; after that, a piece waits for its sentence end for as long as the audio
-already cut (estimated from its length) keeps playing. A fast stream ends its sentences before either deadline and
+already cut (estimated from its length) keeps playing, and is then cut at a clause end only (with audio playing, a
+phrase cut off at any word costs more than it saves). A fast stream ends its sentences before either deadline and
 is cut at sentence ends only, as without the policy. ``due`` says when the next such cut is decided, so that a
 session can wake for it when no fragment comes (a stalled stream); docs/engine.md has the measurement behind it.
 """
@@ -98,17 +99,19 @@ class FragmentBuffer:
         return pieces
 
     def cut(self) -> list[TextPiece]:
-        """Once ``due`` has passed: the text so far up to its last clause end (else its last whole word) as a piece,
-        when that makes ``min_words`` words; else nothing yet."""
+        """Once ``due`` has passed: the text so far up to its last clause end (for the first piece, else its last whole
+        word) as a piece, when that makes ``min_words`` words; else nothing yet."""
         due, early = self.due, self._early
         if due is None or early is None or self._clock() < due:
             return []
         text = self._text
         words = list(_WORD.finditer(text))
         ends = [i for i in range(len(words) - 1, early.min_words - 2, -1) if _cuttable(text, words, i)]
-        # The last clause end, else the last word; outside markup: not in an open construct nor inside a closed one
-        # ("[a, b](url)" is read whole), as ``_unfinished`` holds a sentence end. A few tries: each reads the text.
-        preferred = [i for i in ends if _clause_ends(words, i)] + ends
+        # The last clause end, else (the first piece only: later ones have audio playing) the last word; outside
+        # markup: not in an open construct nor inside a closed one ("[a, b](url)" is read whole), as ``_unfinished``
+        # holds a sentence end. A few tries: each reads the text.
+        clauses = [i for i in ends if _clause_ends(words, i)]
+        preferred = clauses + ends if self._plays_until is None else clauses
         cut = next((i for i in preferred[:_TRIES] if not _unfinished(text[: words[i].end()])), None)
         if cut is None:
             return []
