@@ -49,8 +49,9 @@ class Synthesize:
 @dataclass(frozen=True)
 class Append:
     """Add ``text`` (an LLM's token, any fragment) to utterance ``id``, opening it if it is not open: the server cuts
-    the text into pieces as sentence ends become certain and speaks each at once. ``voice``, ``speed``,
-    ``sample_rate`` and ``literal`` belong to the append that opens the utterance."""
+    the text into pieces as sentence ends become certain (or, when a slow stream's sentence end is not in sight, at a
+    clause or word end) and speaks each at once. ``voice``, ``speed``, ``sample_rate`` and ``literal`` belong to the
+    append that opens the utterance."""
 
     text: object
     id: str | None = None

@@ -70,6 +70,12 @@ class Settings:
     # Each window its own scheduler job, so the first audio costs one short window (engine/windows.py); 0 is the
     # side-by-side baseline. onnx only.
     windowed: bool = setting("KOKORO_WINDOWED", True, "1: decode each chunk's audio in vocoder windows; 0: whole")
+    # An utterance written as a stream (bidi's append) whose first sentence end has not come this long after its
+    # first fragment starts with a clause or phrase (text/fragments.py's EarlyCut; docs/engine.md has the
+    # measurement); 0 speaks whole sentences only.
+    first_piece_ms: int = setting(
+        "KOKORO_FIRST_PIECE_MS", 600, "longest wait for a streamed utterance's first sentence end (ms; 0: off)"
+    )
     warmup_text: str = setting(
         "KOKORO_WARMUP_TEXT", "Warming up the speech engine.", "the sentence synthesized once before /ping is 200"
     )

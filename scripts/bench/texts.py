@@ -51,3 +51,12 @@ assert len(SEGMENTS) == 24
 SEED_WHOLE_MS, SEED_FIRST_SENTENCE_MS = 329.3, 156.7
 SEED_FIRST_SENTENCE_GAIN_PCT = 52.4
 SEED_BIDI_SPEEDUP = {"local": 2.4, "deployed": 3.5}
+
+# A reply whose first sentence is 35 tokens as an LLM writes them (voice_agent.scripted_model.tokenize: sub-word
+# pieces, punctuation alone): at 6 tokens/s its sentence end comes 5.8 s after the first token, the wait the
+# first-piece policy (text/fragments.py's EarlyCut) shortens. Words Whisper spells one way only (no digits).
+LONG_FIRST = (
+    "Thanks for waiting while I looked through your account history, and I can now confirm that the refund you "
+    "asked about was approved early on Tuesday morning by our billing team this week."
+)
+FIRST_PIECE_REPLY = LONG_FIRST + " It should reach your card within five business days. Is there anything else?"

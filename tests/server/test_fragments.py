@@ -7,13 +7,17 @@ the whole text's spoken text."""
 
 from __future__ import annotations
 
+import itertools
 import random
 
 import pytest
 from kokoro_tts.text import markup
-from kokoro_tts.text.fragments import FragmentBuffer, TextPiece
+from kokoro_tts.text.fragments import EarlyCut, FragmentBuffer, TextPiece
 from kokoro_tts.text.normalize import normalize
 from kokoro_tts.text.phonemes import clean_text_mapped
+from voice_agent.scripted_model import DEFAULT_REPLY, tokenize
+
+from scripts.bench.texts import FIRST_PIECE_REPLY, LONG_FIRST
 
 REPLIES = [
     "Sure! It costs $42.50 per month, or $1.2M for the lifetime plan. Call 555-1234 before 3:30 pm.",
@@ -102,3 +106,93 @@ def test_a_piece_never_ends_inside_markup_that_is_still_open() -> None:
     rng = random.Random(37)
     for _ in range(50):
         assert _cut(MARKDOWN_REPLY, _llm_tokens(MARKDOWN_REPLY, rng)) == whole
+
+
+# --- speaking before the sentence ends (EarlyCut): a clock the test moves, tokens at a given rate -----------------
+
+LONG_REPLY = FIRST_PIECE_REPLY
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _timed(text: str, cuts: list[int], tokens_per_s: float, early: EarlyCut | None) -> list[tuple[float, TextPiece]]:
+    """The pieces of ``text`` sent as the tokens ``cuts`` makes at ``tokens_per_s``, each with when it was cut; the
+    buffer is woken at its ``due`` between tokens, as a session's timer does."""
+    clock = _Clock()
+    buffer = FragmentBuffer(early, clock)
+    out: list[tuple[float, TextPiece]] = []
+    for i, (start, end) in enumerate(zip([0, *cuts], [*cuts, len(text)], strict=True)):
+        arrives = i / tokens_per_s
+        while (due := buffer.due) is not None and due <= arrives:
+            clock.now = max(clock.now, due)
+            pieces = buffer.cut()
+            out += [(clock.now, piece) for piece in pieces]
+            if not pieces:
+                break  # too few whole words yet: the next token decides
+        clock.now = arrives
+        out += [(clock.now, piece) for piece in buffer.append(text[start:end])]
+    return out + [(clock.now, piece) for piece in buffer.end()]
+
+
+def _token_cuts(text: str) -> list[int]:
+    return list(itertools.accumulate(len(token) for token in tokenize(text)))[:-1]
+
+
+def test_the_long_first_sentence_is_35_tokens() -> None:
+    assert len(tokenize(LONG_FIRST)) == 35
+
+
+def test_a_slow_stream_speaks_a_clause_at_the_deadline_then_grows_to_sentences() -> None:
+    timed = _timed(LONG_REPLY, _token_cuts(LONG_REPLY), 6.0, EarlyCut(0.6))
+    first_at, first = timed[0]
+    assert first_at == pytest.approx(0.6)  # not the 5.8 s the whole sentence takes to arrive
+    assert first.text == "Thanks for waiting"
+    texts = [piece.text for _, piece in timed]
+    assert texts[1] == "while I looked through your account history,"  # the clause, not the words so far
+    assert texts[-2:] == ["It should reach your card within five business days.", "Is there anything else?"]
+    assert [LONG_REPLY[p.start : p.start + len(p.text)] for _, p in timed] == texts
+    assert " ".join(texts) == LONG_REPLY
+
+
+def test_a_fast_stream_is_cut_at_sentence_ends_only() -> None:
+    for reply in (DEFAULT_REPLY, LONG_REPLY):
+        sentences = _timed(reply, _token_cuts(reply), 60.0, None)
+        assert _timed(reply, _token_cuts(reply), 60.0, EarlyCut(0.6)) == sentences
+
+
+def test_a_stalled_stream_is_spoken_at_the_deadline_and_never_in_pieces_too_short() -> None:
+    clock = _Clock()
+    buffer = FragmentBuffer(EarlyCut(0.6), clock)
+    assert buffer.append("Let me") == [] and buffer.due == pytest.approx(0.6)
+    clock.now = 0.7
+    assert buffer.cut() == []  # two words: too few to say alone
+    assert buffer.append(" check") == []  # "check" may still grow ("checking")
+    assert buffer.append(" that") == [TextPiece("Let me check", 0)]
+    clock.now = 5.0  # the first piece's audio has played: later pieces are cut at clause ends only
+    assert buffer.append(" order for") == []
+    assert buffer.append(" you, then") == [TextPiece("that order for you,", 13)]
+
+
+@pytest.mark.parametrize("text", REPLIES)
+def test_an_early_cut_is_never_inside_a_word_a_number_or_markup(text: str) -> None:
+    """Whatever the cadence, every piece is whole words of the text, and no cut falls between a number and the
+    word that may go on with it; markup still open stays whole."""
+    rng = random.Random(38)
+    for _ in range(20):
+        cuts = _llm_tokens(text, rng)
+        timed = _timed(text, cuts, rng.choice([2.0, 6.0, 15.0]), EarlyCut(rng.choice([0.2, 0.6])))
+        pieces = [piece for _, piece in timed]
+        assert " ".join(piece.text for piece in pieces) == " ".join(text.split())
+        for before, after in itertools.pairwise(pieces):
+            assert text[after.start - 1].isspace(), f"cut inside a word: {before.text!r} | {after.text!r}"
+            assert not (before.text[-1].isdigit() and after.text[0].isdigit()), (before.text, after.text)
+    for _ in range(20):
+        timed = _timed(MARKDOWN_REPLY, _llm_tokens(MARKDOWN_REPLY, rng), 2.0, EarlyCut(0.2))
+        said = " ".join(" ".join(markup.spoken(piece.text)[0].split()) for _, piece in timed)
+        assert said == " ".join(markup.spoken(MARKDOWN_REPLY)[0].split())

@@ -4,13 +4,15 @@ core (sessions/core.py).
 One session, many utterances: the client's synthesize messages are queued and spoken strictly in order, each as
 binary audio frames framed by JSON control frames (synthesis_start, words, synthesis_complete or cancelled). An
 utterance may also come as it is written: ``append`` opens it (queued in order, as a synthesize) and adds text, which
-the fragment buffer (text/fragments.py) cuts into pieces spoken as they are complete; ``flush`` ends it. A
+the fragment buffer (text/fragments.py) cuts into pieces spoken as they are complete; ``flush`` ends it. When a
+slow stream's sentence end is not in sight, a timer wakes the buffer to cut a clause early (its ``due``). A
 malformed message gets an error frame and the session carries on; only {"type":"close"}, the client leaving or the
 server shutting down ends it.
 """
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -40,7 +42,7 @@ from kokoro_tts.audio.encoding import AudioFormat, audio_format, output_rate
 from kokoro_tts.engine.requests import literal_option
 from kokoro_tts.engine.voices import Voice
 from kokoro_tts.sessions.core import Pieces, Session, Spoken, Utterance
-from kokoro_tts.text.fragments import FragmentBuffer, TextPiece
+from kokoro_tts.text.fragments import EarlyCut, FragmentBuffer, TextPiece
 
 
 @dataclass
@@ -61,7 +63,13 @@ class _Open:
     voice: Voice
     speed: float
     literal: bool
-    buffer: FragmentBuffer = field(default_factory=FragmentBuffer)
+    buffer: FragmentBuffer
+    timer: asyncio.TimerHandle | None = None  # wakes ``buffer`` when its ``due`` comes with no fragment
+
+    def stop_timer(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
 
 
 class BidiDialect:
@@ -72,6 +80,7 @@ class BidiDialect:
         self._defaults = _Defaults()
         self._ids = itertools.count(1)
         self._open: _Open | None = None
+        self._refusals: set[asyncio.Task[None]] = set()  # errors of pieces cut by the timer, being sent
 
     @property
     def route(self) -> str:
@@ -98,6 +107,7 @@ class BidiDialect:
                 await self._flush(self._opened(target, "flush"))
             case Cancel(id=target):
                 if self._open is not None and target in (None, self._open.utterance.id):
+                    self._open.stop_timer()
                     self._open = None  # its pieces are dropped with it; a later append opens a new utterance
                 for dropped in self._session.cancel(target):
                     await self._send(Cancelled(dropped))
@@ -168,6 +178,7 @@ class BidiDialect:
             await self.refused(too_long, open_.utterance.id)
             return
         await self._add(open_, open_.buffer.append(command.text))
+        self._arm(open_)
 
     def _open_utterance(self, utterance_id: str, command: Append) -> _Open:
         session = self._session
@@ -181,10 +192,18 @@ class BidiDialect:
         fmt = self._defaults.format
         rate = output_rate(fmt, command.sample_rate if command.sample_rate is not None else self._defaults.sample_rate)
         utterance = Utterance(utterance_id, Pieces(), fmt, rate, self._defaults.word_timestamps)
+        wait_ms = session.settings.first_piece_ms
+        buffer = FragmentBuffer(EarlyCut(wait_ms / 1000) if wait_ms > 0 else None, asyncio.get_running_loop().time)
         session.enqueue(utterance)
-        return _Open(utterance, voice, speed, literal)
+        return _Open(utterance, voice, speed, literal, buffer)
 
     async def _add(self, open_: _Open, pieces: list[TextPiece]) -> None:
+        for error in self._queue_pieces(open_, pieces):
+            await self.refused(error, open_.utterance.id)
+
+    def _queue_pieces(self, open_: _Open, pieces: list[TextPiece]) -> list[TTSError]:
+        """Queues ``pieces`` to be spoken (at once, in order); the errors of those that cannot be."""
+        errors = []
         for piece in pieces:
             try:
                 request = self._session.engine.rules.speech(
@@ -192,9 +211,29 @@ class BidiDialect:
                 )
             except TTSError as error:  # this piece only; the utterance goes on
                 if error.code is not ErrorCode.NOTHING_TO_SPEAK:  # an emoji between sentences says nothing: no error
-                    await self.refused(error, open_.utterance.id)
+                    errors.append(error)
                 continue
             open_.utterance.pieces.add(request, piece.start)
+        return errors
+
+    def _arm(self, open_: _Open) -> None:
+        """Wakes the open utterance's buffer when its next early cut is due, should no fragment come before. Past
+        its due, a buffer that could not cut (too few whole words) waits for the next fragment: no timer then."""
+        open_.stop_timer()
+        loop = asyncio.get_running_loop()
+        due = open_.buffer.due
+        if due is not None and due > loop.time():
+            open_.timer = loop.call_at(due, self._cut_due, open_)
+
+    def _cut_due(self, open_: _Open) -> None:
+        open_.timer = None
+        if self._open is not open_:
+            return
+        if errors := self._queue_pieces(open_, open_.buffer.cut()):
+            task = asyncio.create_task(self._refuse_all(errors, open_.utterance.id))
+            self._refusals.add(task)
+            task.add_done_callback(self._refusals.discard)
+        self._arm(open_)
 
     def _opened(self, target: str | None, message: str) -> _Open:
         if self._open is None or target not in (None, self._open.utterance.id):
@@ -202,8 +241,13 @@ class BidiDialect:
             raise TTSError(ErrorCode.INVALID_MESSAGE, f"Nothing to {message}: {what}.")
         return self._open
 
+    async def _refuse_all(self, errors: list[TTSError], utterance_id: str) -> None:
+        for error in errors:
+            await self.refused(error, utterance_id)
+
     async def _flush(self, open_: _Open) -> None:
         self._open = None
+        open_.stop_timer()
         try:
             await self._add(open_, open_.buffer.end())
         finally:
@@ -256,6 +300,7 @@ class BidiDialect:
 
     async def finished(self, utterance: Utterance) -> None:
         if self._open is not None and self._open.utterance is utterance:  # it ended early (an error): no longer open
+            self._open.stop_timer()
             self._open = None
 
     async def shutting_down(self, unfinished: Sequence[Utterance]) -> None:

@@ -1,0 +1,175 @@
+"""The first-piece policy measured: ``python -m scripts.bench.first_piece [--trials N] [--out FILE]``.
+
+Replies are sent to the bidirectional session as an LLM writes them (``append`` per token, the scripted model's
+tokenizer: sub-word pieces, punctuation alone; steady gaps with ±30 % jitter, seeded), at 6, 15 and 60 tokens per
+second, then ``flush``. Two real servers run side by side, each idle while the other is measured, trial by trial
+interleaved: as shipped (``KOKORO_FIRST_PIECE_MS`` default: the policy) and sentence by sentence
+(``KOKORO_FIRST_PIECE_MS=0``). Per run: the first audio after the first token, the silence a player starting then
+hears before the end (``underruns``), and the whole reply's word error rate by Whisper base (scripts/listener.py)
+and, where ``distillmos`` is installed, its DistillMOS. Writes bench/results/first_piece.json (docs/engine.md
+quotes it); absolute times depend on the machine and its load: compare the two servers within one run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import statistics
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from kokoro_client.audio import BYTES_PER_SECOND, SAMPLE_RATE
+from kokoro_client.local_ws import ws_url
+from kokoro_client.protocol import Append, Flush, SynthesisComplete, encode, parse_server_frame
+from voice_agent.scripted_model import DEFAULT_REPLY, tokenize
+from websockets.asyncio.client import connect
+
+from scripts.listener import WhisperListener, word_errors
+
+from .client import REPO, local_server, machine, underruns
+from .texts import FIRST_PIECE_REPLY, REPLY
+
+REPLIES = {"35-token first sentence": FIRST_PIECE_REPLY, "scripted default": DEFAULT_REPLY, "customer reply": REPLY}
+QUICK = ("35-token first sentence", "scripted default")  # --quick: a loaded 2-core machine's half hour
+RATES = (6.0, 15.0, 60.0)
+SERVERS = {"policy": {}, "sentences": {"KOKORO_FIRST_PIECE_MS": "0"}}
+JITTER = 0.3
+
+
+async def _stream(url: str, reply: str, tokens_per_s: float, rng: random.Random) -> dict[str, Any]:
+    """One reply appended token by token; its first audio, silences and audio."""
+    audio, arrivals = bytearray(), []  # (ms since the first token, ms of audio) per audio frame
+    async with connect(ws_url(url)) as ws:
+        started = time.perf_counter()
+
+        async def send() -> None:
+            at = 0.0
+            for token in tokenize(reply):
+                await asyncio.sleep(max(0.0, started + at - time.perf_counter()))
+                await ws.send(encode(Append(token, id="r")))
+                at += rng.uniform(1 - JITTER, 1 + JITTER) / tokens_per_s
+            await ws.send(encode(Flush()))
+
+        sender = asyncio.create_task(send())
+        while True:
+            message = await ws.recv()
+            if isinstance(message, bytes):
+                arrivals.append((1000 * (time.perf_counter() - started), 1000 * len(message) / BYTES_PER_SECOND))
+                audio += message
+            elif isinstance(parse_server_frame(message), SynthesisComplete):
+                break
+            elif json.loads(message).get("type") == "error":
+                raise RuntimeError(f"the server refused: {message}")
+        await sender
+    pcm = np.frombuffer(bytes(audio), dtype="<i2")
+    return {"first_audio_ms": arrivals[0][0], "silence_ms": underruns(arrivals)[1], "pcm": pcm}
+
+
+def _mos_scorer() -> Any:
+    """DistillMOS on 16 kHz audio, or None where ``distillmos`` is not installed."""
+    try:
+        import distillmos
+        import torch
+    except ImportError:
+        return None
+    model = distillmos.ConvTransformerSQAModel()
+    model.eval()
+
+    def score(pcm: np.ndarray) -> float:
+        from scripts.speech import resample_16k
+
+        wave = torch.from_numpy(resample_16k(pcm, SAMPLE_RATE).astype(np.float32) / 32768.0)[None, :]
+        with torch.no_grad():
+            return float(model(wave).item())
+
+    return score
+
+
+def _summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    edits = sum(r["edits"] for r in runs)
+    words = sum(r["words"] for r in runs)
+    mos = [r["mos"] for r in runs if r["mos"] is not None]
+    return {
+        "first_audio_ms": round(statistics.median(r["first_audio_ms"] for r in runs), 1),
+        "silence_ms": round(statistics.median(r["silence_ms"] for r in runs), 1),
+        "wer": round(edits / words, 4),
+        "distillmos": round(statistics.mean(mos), 3) if mos else None,
+        "trials": len(runs),
+    }
+
+
+async def run(trials: int, replies: dict[str, str]) -> dict[str, Any]:
+    listener, mos = WhisperListener.shared(), _mos_scorer()
+    rng = random.Random(36)
+    results: dict[str, dict[str, dict[str, list[dict[str, Any]]]]] = {}
+    with local_server(env=SERVERS["policy"]) as policy, local_server(env=SERVERS["sentences"]) as sentences:
+        urls = {"policy": policy, "sentences": sentences}
+        for name, reply in replies.items():
+            for rate in RATES:
+                cell = results.setdefault(name, {}).setdefault(f"{rate:g}", {"policy": [], "sentences": []})
+                for _ in range(trials):
+                    seed = rng.random()
+                    for server, url in urls.items():  # the same jitter for both, one after the other
+                        run_ = await _stream(url, reply, rate, random.Random(seed))
+                        pcm = run_.pop("pcm")
+                        edits, words = word_errors(reply, listener.transcribe(pcm))
+                        run_.update(edits=edits, words=words, mos=mos(pcm) if mos else None)
+                        cell[server].append(run_)
+                        print(name, rate, server, {k: v for k, v in run_.items()}, flush=True)
+    table = {
+        name: {rate: {server: _summary(runs) for server, runs in cell.items()} for rate, cell in by_rate.items()}
+        for name, by_rate in results.items()
+    }
+    return {
+        "when": datetime.now(UTC).isoformat(timespec="seconds"),
+        "machine": machine(),
+        "about": __doc__,
+        "jitter": JITTER,
+        "servers": SERVERS,
+        "results": table,
+        "runs": results,
+    }
+
+
+def markdown(report: dict[str, Any]) -> str:
+    lines = [
+        "| reply | tokens/s | first audio, policy | first audio, sentences | silence after it, policy | sentences "
+        "| WER policy | WER sentences | DistillMOS policy | DistillMOS sentences |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, by_rate in report["results"].items():
+        for rate, cell in by_rate.items():
+            p, s = cell["policy"], cell["sentences"]
+
+            def mos(x: dict[str, Any]) -> str:
+                return "n/a" if x["distillmos"] is None else f"{x['distillmos']:.2f}"
+
+            lines.append(
+                f"| {name} | {rate} | {p['first_audio_ms']:.0f} ms | {s['first_audio_ms']:.0f} ms "
+                f"| {p['silence_ms']:.0f} ms | {s['silence_ms']:.0f} ms | {100 * p['wer']:.1f} % "
+                f"| {100 * s['wer']:.1f} % | {mos(p)} | {mos(s)} |"
+            )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trials", type=int, default=2)
+    parser.add_argument("--quick", action="store_true", help=f"one trial of {' and '.join(QUICK)} only")
+    parser.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "first_piece.json")
+    args = parser.parse_args()
+    replies = {name: REPLIES[name] for name in QUICK} if args.quick else REPLIES
+    report = asyncio.run(run(1 if args.quick else args.trials, replies))
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    print(markdown(report))
+    print(report["machine"])
+
+
+if __name__ == "__main__":
+    main()
