@@ -30,7 +30,7 @@ from typing import Any
 
 from kokoro_client.audio import SAMPLE_RATE
 
-from .sse import SSEDecoder, post_sse
+from .sse import iter_sse_json, post_sse
 
 DEFAULT_PROMPT = "Explain in a few sentences why streaming speech makes a voice assistant feel faster."
 
@@ -128,12 +128,9 @@ def arn_invoker(
             body = client.invoke_agent_runtime(**kwargs)["response"]
             return body.iter_chunks(chunk_size=16 * 1024), body.close
 
-        decoder = SSEDecoder()
         async with contextlib.aclosing(aiter_blocking(open_stream)) as chunks:
-            async for chunk in chunks:
-                for message in decoder.feed(chunk):
-                    value = json.loads(message.data)
-                    yield value if isinstance(value, dict) else {"type": "invalid", "data": value}
+            async for event in iter_sse_json(chunks):
+                yield event
 
     return invoke
 

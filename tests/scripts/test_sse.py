@@ -1,7 +1,9 @@
-"""The SSE consumer: events come out whole and in order however the transport cuts the bytes."""
+"""The SSE consumer (httpx-sse under scripts/sse.py): events come out whole and in order however the transport cuts
+the bytes."""
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
 from collections.abc import AsyncIterator
@@ -11,7 +13,7 @@ from bedrock_agentcore.runtime import BedrockAgentCoreApp
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scripts.sse import SSEDecoder, iter_sse_json
+from scripts.sse import iter_sse, iter_sse_json
 
 _APP = BedrockAgentCoreApp()
 
@@ -34,10 +36,20 @@ def cut(data: bytes, points: list[int]) -> list[bytes]:
     return [data[a:b] for a, b in itertools.pairwise(bounds)]
 
 
+async def _stream(chunks: list[bytes]) -> AsyncIterator[bytes]:
+    for chunk in chunks:
+        yield chunk
+
+
+def events_of(chunks: list[bytes]) -> list[tuple[str, str, int | None, str]]:
+    async def collect() -> list[tuple[str, str, int | None, str]]:
+        return [(e.event, e.id, e.retry, e.data) async for e in iter_sse(_stream(chunks))]
+
+    return asyncio.run(collect())
+
+
 def decode_all(chunks: list[bytes]) -> list[Any]:
-    decoder = SSEDecoder()
-    messages = [m for chunk in chunks for m in decoder.feed(chunk)] + decoder.close()
-    return [json.loads(m.data) for m in messages]
+    return [json.loads(data) for _, _, _, data in events_of(chunks)]
 
 
 @settings(max_examples=300, deadline=None)
@@ -71,17 +83,17 @@ def test_any_line_ending_comments_multiline_data_and_a_bom(
 
 
 def test_cr_then_lf_in_the_next_chunk_is_one_line_ending() -> None:
-    decoder = SSEDecoder()
-    assert decoder.feed(b'data: {"a": 1}\r') == []
-    assert decoder.feed(b"\n") == []
-    assert [m.data for m in decoder.feed(b"\r\n")] == ['{"a": 1}']
+    assert decode_all([b'data: {"a": 1}\r', b"\n", b"\r\n"]) == [{"a": 1}]
 
 
 def test_fields_and_the_unterminated_last_event() -> None:
-    decoder = SSEDecoder()
-    messages = decoder.feed(b"event: e\nid: 7\nretry: 100\ndata:x\ndata\n\ndata: dropped")
-    assert [(m.event, m.id, m.retry, m.data) for m in messages] == [("e", "7", 100, "x\n")]
-    assert decoder.close() == []  # an event without its blank line is not dispatched (WHATWG)
+    wire = b"event: e\nid: 7\nretry: 100\ndata:x\ndata\n\ndata: dropped"
+    # An event without its blank line is not dispatched (WHATWG).
+    assert events_of([wire]) == [("e", "7", 100, "x\n")]
+
+
+def test_a_bom_split_across_chunks_is_not_part_of_the_first_field() -> None:
+    assert decode_all([b"\xef\xbb", b'\xbfdata: {"a": 1}\n\n']) == [{"a": 1}]
 
 
 async def test_iter_sse_json_over_an_async_byte_stream() -> None:
