@@ -42,12 +42,12 @@ from kokoro_client.protocol import PING_PATH, WS_PATH
 from kokoro_tts.audio.encoding import ENCODING_THREADS
 from kokoro_tts.engine.capacity import UNLIMITED
 from kokoro_tts.engine.synthesis import TEXT_THREADS
-from prometheus_client.parser import text_string_to_metric_families
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
 from scripts import hostile_text
 from scripts.hostile_text import ROUTES, Flight, speak_all
+from scripts.scrape import scrape, value
 from scripts.servers import free_port, serve_command, started, wait_ready
 from scripts.stuck_sockets import flood_and_vanish
 
@@ -378,12 +378,10 @@ class Soak:
         self.report.stuck_new_sessions = {"bidi": await self._bidi_spoken(), "deepgram": await self._deepgram_spoken()}
 
     def _sessions_in_use(self) -> float:
-        text = httpx.get(f"{self.base}/metrics", timeout=10).text
-        for family in text_string_to_metric_families(text):
-            for sample in family.samples:
-                if sample.name == "kokoro_tts_in_use" and sample.labels.get("cap") == "sessions":
-                    return float(sample.value)
-        raise RuntimeError('/metrics has no kokoro_tts_in_use{cap="sessions"}')
+        found = scrape(self.base)
+        if ("kokoro_tts_in_use", (("cap", "sessions"),)) not in found:
+            raise RuntimeError('/metrics has no kokoro_tts_in_use{cap="sessions"}')
+        return value(found, "kokoro_tts_in_use", cap="sessions")
 
     async def _bidi_spoken(self) -> str:
         """ "spoken" if a new session speaks "Hello.", else what it answered."""

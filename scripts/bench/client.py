@@ -24,10 +24,10 @@ from kokoro_client.errors import ErrorCode
 from kokoro_client.local_ws import ws_url
 from kokoro_client.protocol import Close, Config, Error, SynthesisComplete, Synthesize, encode, parse_server_frame
 from kokoro_client.utterances import UtteranceReader
-from prometheus_client.parser import text_string_to_metric_families
 from websockets.asyncio.client import connect
 
 from scripts import servers
+from scripts.scrape import scrape_async
 
 REPO = Path(__file__).resolve().parents[2]
 SHORT = "Sure, I can help with that."
@@ -180,36 +180,32 @@ async def server_metrics(client: httpx.AsyncClient, url: str) -> dict[str, float
     (``streams_limit``, ``inf``: no slots), held (``streams_in_use``), waited for (``streams_waiting``), the
     throughput measured at warm-up that sized them (``stream_throughput``, s of audio per s); and per cap the
     requests refused with server_busy (``refused:CAP``)."""
-    text = (await client.get(f"{url}/metrics")).raise_for_status().text
     found = {"queue_depth": 0.0, "running": 0.0, "workers": 0.0, "utterances_completed": 0.0}
     found |= {"streams_limit": math.inf, "streams_in_use": 0.0, "streams_waiting": 0.0, "stream_throughput": 0.0}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name in STREAM_GAUGES:
-                found[STREAM_GAUGES[sample.name]] = sample.value
-            elif sample.name in ("kokoro_tts_limit", "kokoro_tts_in_use") and sample.labels == {"cap": "streams"}:
-                found["streams_limit" if sample.name == "kokoro_tts_limit" else "streams_in_use"] = sample.value
-            elif sample.name == "kokoro_tts_refused_total":
-                found[f"refused:{sample.labels['cap']}"] = sample.value
-            elif sample.name == "kokoro_tts_queue_depth":
-                found["queue_depth"] = sample.value
-            elif sample.name == "kokoro_tts_inference_running":
-                found["running"] = sample.value
-            elif sample.name == "kokoro_tts_inference_workers":
-                found["workers"] = sample.value
-            elif sample.name == "kokoro_tts_inference_jobs_total":
-                found[f"jobs:{sample.labels['job']}"] = sample.value
-            elif sample.name == "kokoro_tts_inference_seconds_total":
-                found[f"seconds:{sample.labels['job']}"] = sample.value
-            elif sample.name == "kokoro_tts_utterances_total" and sample.labels == {
-                "route": "ws",
-                "outcome": "completed",
-            }:
-                found["utterances_completed"] = sample.value
+    for (name, label_pairs), sample in (await scrape_async(client, url)).items():
+        labels = dict(label_pairs)
+        if name in STREAM_GAUGES:
+            found[STREAM_GAUGES[name]] = sample
+        elif name in ("kokoro_tts_limit", "kokoro_tts_in_use") and labels == {"cap": "streams"}:
+            found["streams_limit" if name == "kokoro_tts_limit" else "streams_in_use"] = sample
+        elif name == "kokoro_tts_refused_total":
+            found[f"refused:{labels['cap']}"] = sample
+        elif name in SCALARS:
+            found[SCALARS[name]] = sample
+        elif name in PER_JOB:
+            found[f"{PER_JOB[name]}:{labels['job']}"] = sample
+        elif name == "kokoro_tts_utterances_total" and labels == {"route": "ws", "outcome": "completed"}:
+            found["utterances_completed"] = sample
     return found
 
 
 STREAM_GAUGES = {"kokoro_tts_streams_waiting": "streams_waiting", "kokoro_tts_stream_throughput": "stream_throughput"}
+SCALARS = {
+    "kokoro_tts_queue_depth": "queue_depth",
+    "kokoro_tts_inference_running": "running",
+    "kokoro_tts_inference_workers": "workers",
+}
+PER_JOB = {"kokoro_tts_inference_jobs_total": "jobs", "kokoro_tts_inference_seconds_total": "seconds"}
 
 
 async def drain(url: str, within_s: float = 60.0) -> None:

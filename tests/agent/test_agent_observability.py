@@ -16,8 +16,8 @@ import httpx
 import pytest
 from support.agent_fixtures import FAST, AgentServer, TCPProxy, agent_settings, invoke, make_model
 from support.inproc_server import RunningServer
-from support.scrape import scrape, value
 
+from scripts.scrape import scrape, value
 from scripts.servers import free_port, wait_ready
 from scripts.sse import post_sse
 

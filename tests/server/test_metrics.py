@@ -21,10 +21,10 @@ from kokoro_client.protocol import Close, Synthesize, encode
 from prometheus_client.parser import text_string_to_metric_families
 from support.inproc_server import RunningServer
 from support.log_capture import captured_log
-from support.scrape import scrape, value
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
+from scripts.scrape import scrape, value
 from scripts.servers import free_port, serve_command, wait_ready
 
 

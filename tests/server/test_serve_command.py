@@ -17,9 +17,9 @@ import httpx
 import pytest
 from kokoro_tts.engine.capacity import HEADROOM, waiting_room
 from support.eventually import eventually
-from support.scrape import scrape, value
 from websockets.asyncio.client import connect
 
+from scripts.scrape import scrape, value
 from scripts.servers import ServerExited, ServerNotReady, free_port, wait_ready
 
 LONG_REPLY = " ".join(f"This is sentence number {n} of a long reply that keeps every core busy." for n in range(1, 9))
