@@ -37,3 +37,8 @@ def _checked(response: httpx.Response) -> str:
     if not kind.startswith("text/plain"):
         raise ValueError(f"/metrics answered {kind!r}, not Prometheus' text format")
     return response.text
+
+
+def moved(before: Samples, after: Samples, name: str, **labels: str) -> float:
+    """How much a sample moved between two scrapes."""
+    return value(after, name, **labels) - value(before, name, **labels)

@@ -17,7 +17,7 @@ import pytest
 from support.agent_fixtures import FAST, AgentServer, TCPProxy, agent_settings, invoke, make_model
 from support.inproc_server import RunningServer
 
-from scripts.scrape import scrape, value
+from scripts.scrape import moved, scrape, value
 from scripts.servers import free_port, wait_ready
 from scripts.sse import post_sse
 
@@ -47,31 +47,18 @@ async def test_agent_metrics_move_with_prompts_errors_and_drops(server: RunningS
                         proxy.cut()
             dropped = scrape(agent.url)
 
-    def moved(name: str, **labels: str) -> float:
-        return value(after, name, **labels) - value(before, name, **labels)
-
     for mode in ("bidi", "batch"):
-        assert moved("voice_agent_prompts_total", mode=mode) == 1, mode
-        assert moved("voice_agent_replies_total", mode=mode, outcome="completed") == 1, mode
-        assert moved("voice_agent_time_to_first_audio_seconds_count", mode=mode) == 1, mode
-        assert moved("voice_agent_time_to_first_audio_seconds_sum", mode=mode) > 0, mode
-        assert moved("voice_agent_time_to_first_text_seconds_count", mode=mode) == 1, mode
+        assert moved(before, after, "voice_agent_prompts_total", mode=mode) == 1, mode
+        assert moved(before, after, "voice_agent_replies_total", mode=mode, outcome="completed") == 1, mode
+        assert moved(before, after, "voice_agent_time_to_first_audio_seconds_count", mode=mode) == 1, mode
+        assert moved(before, after, "voice_agent_time_to_first_audio_seconds_sum", mode=mode) > 0, mode
+        assert moved(before, after, "voice_agent_time_to_first_text_seconds_count", mode=mode) == 1, mode
         assert value(after, "voice_agent_replies_in_progress", mode=mode) == 0, mode
-    assert moved("voice_agent_errors_total", code="unknown_mode") == 1
-    assert moved("voice_agent_errors_total", code="invalid_json") == 1
-    assert (
-        value(dropped, "voice_agent_tts_session_drops_total") - value(after, "voice_agent_tts_session_drops_total") == 1
-    )
-    assert (
-        value(dropped, "voice_agent_errors_total", code="tts_session_dropped")
-        - value(after, "voice_agent_errors_total", code="tts_session_dropped")
-        == 1
-    )
-    assert (
-        value(dropped, "voice_agent_replies_total", mode="bidi", outcome="error")
-        - value(after, "voice_agent_replies_total", mode="bidi", outcome="error")
-        == 1
-    )
+    assert moved(before, after, "voice_agent_errors_total", code="unknown_mode") == 1
+    assert moved(before, after, "voice_agent_errors_total", code="invalid_json") == 1
+    assert moved(after, dropped, "voice_agent_tts_session_drops_total") == 1
+    assert moved(after, dropped, "voice_agent_errors_total", code="tts_session_dropped") == 1
+    assert moved(after, dropped, "voice_agent_replies_total", mode="bidi", outcome="error") == 1
 
 
 def traced_prompt(tts_url: str, mode: str, *flags: str) -> dict[str, Any]:

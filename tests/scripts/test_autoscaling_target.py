@@ -217,20 +217,12 @@ def test_the_committed_gpu_report_if_any_is_one_the_deploy_reads() -> None:
 
 
 def test_the_var_file_carries_the_measured_slots_on_a_gpu_type_only(tmp_path: Path) -> None:
-    from support.deploy_harness import AGENT_REPO, DIGEST_A, DIGEST_B, MODEL_ID, REGION, TTS_REPO
+    from support.deploy_harness import AGENT_REPO, DIGEST_A, DIGEST_B, MODEL_ID, TTS_REPO, shared_outputs
 
     from scripts.deploy.gpu_slots import measured_gpu_slots
     from scripts.deploy.tfvars import DeploymentSettings, deployment_variables
 
-    shared = {
-        "region": REGION,
-        "tts_repository_url": TTS_REPO,
-        "agent_repository_url": AGENT_REPO,
-        "weights_bucket_name": "kokoro-tts-weights-20250101",
-        "weights_prefix": "kokoro-82m/v1.0/",
-        "weights_s3_uri": "s3://kokoro-tts-weights-20250101/kokoro-82m/v1.0/",
-        "weights_kms_key_arn": None,
-    }
+    shared = shared_outputs()
     measured = measured_gpu_slots(gpu_report(tmp_path / "gpu.json"))
     images = (f"{TTS_REPO}@{DIGEST_A}", f"{AGENT_REPO}@{DIGEST_B}")
     on_h200 = DeploymentSettings(MODEL_ID, "ml.p5e.48xlarge", gpu_slots=measured)

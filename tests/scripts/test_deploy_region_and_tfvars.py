@@ -10,7 +10,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.deploy_harness import ACCOUNT, AGENT_REPO, DIGEST_A, DIGEST_B, MODEL_ID, REGION, TTS_REPO
+from support.deploy_harness import (
+    ACCOUNT,
+    AGENT_REPO,
+    DIGEST_A,
+    DIGEST_B,
+    MODEL_ID,
+    REGION,
+    TTS_REPO,
+    shared_outputs,
+)
 
 from scripts.deploy.__main__ import main
 from scripts.deploy.region import region_conflicts, resolve_region
@@ -51,19 +60,6 @@ def test_the_region_comes_from_the_environment_then_the_shared_state(tmp_path: P
 
 # ---------------------------------------------------------------------------------------------------------------
 # The deployment's variables
-
-
-def shared_outputs(**overrides: Any) -> dict[str, Any]:
-    values = {
-        "region": REGION,
-        "tts_repository_url": TTS_REPO,
-        "agent_repository_url": AGENT_REPO,
-        "weights_bucket_name": "kokoro-tts-weights-20250101",
-        "weights_prefix": "kokoro-82m/v1.0/",
-        "weights_s3_uri": "s3://kokoro-tts-weights-20250101/kokoro-82m/v1.0/",
-        "weights_kms_key_arn": None,
-    }
-    return {**values, **overrides}
 
 
 def test_deployment_variables_from_the_shared_outputs(tmp_path: Path) -> None:

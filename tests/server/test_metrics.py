@@ -24,7 +24,7 @@ from support.log_capture import captured_log
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
-from scripts.scrape import scrape, value
+from scripts.scrape import moved, scrape, value
 from scripts.servers import free_port, serve_command, wait_ready
 
 
@@ -74,27 +74,24 @@ def test_metrics_parse_and_move_with_each_route(server: RunningServer) -> None:
 
     after = scrape(server.base_url)
 
-    def moved(name: str, **labels: str) -> float:
-        return value(after, name, **labels) - value(before, name, **labels)
-
     for route in ("ws", "invocations", "openai"):
-        assert moved("kokoro_tts_utterances_total", route=route, outcome="completed") == 1, route
-        assert moved("kokoro_tts_time_to_first_audio_seconds_count", route=route) == 1, route
-        assert moved("kokoro_tts_real_time_factor_count", route=route) == 1, route
-        assert moved("kokoro_tts_real_time_factor_sum", route=route) > 0, route
-        assert moved("kokoro_tts_audio_seconds_total", route=route) > 0.5, route
+        assert moved(before, after, "kokoro_tts_utterances_total", route=route, outcome="completed") == 1, route
+        assert moved(before, after, "kokoro_tts_time_to_first_audio_seconds_count", route=route) == 1, route
+        assert moved(before, after, "kokoro_tts_real_time_factor_count", route=route) == 1, route
+        assert moved(before, after, "kokoro_tts_real_time_factor_sum", route=route) > 0, route
+        assert moved(before, after, "kokoro_tts_audio_seconds_total", route=route) > 0.5, route
         # The first audio came within the request's own time, and the +Inf bucket holds every observation.
-        assert moved("kokoro_tts_time_to_first_audio_seconds_bucket", route=route, le="+Inf") == 1, route
-    assert moved("kokoro_tts_errors_total", route="ws", code="invalid_json") == 1
-    assert moved("kokoro_tts_errors_total", route="invocations", code="empty_text") == 1
-    assert moved("kokoro_tts_errors_total", route="openai", code="empty_text") == 1
-    assert moved("kokoro_tts_errors_total", route="captioned", code="invalid_message") == 1
-    assert moved("kokoro_tts_errors_total", route="other", code="unknown_model") == 1
-    assert moved("kokoro_tts_utterances_total", route="ws", outcome="cancelled") == 0
+        assert moved(before, after, "kokoro_tts_time_to_first_audio_seconds_bucket", route=route, le="+Inf") == 1, route
+    assert moved(before, after, "kokoro_tts_errors_total", route="ws", code="invalid_json") == 1
+    assert moved(before, after, "kokoro_tts_errors_total", route="invocations", code="empty_text") == 1
+    assert moved(before, after, "kokoro_tts_errors_total", route="openai", code="empty_text") == 1
+    assert moved(before, after, "kokoro_tts_errors_total", route="captioned", code="invalid_message") == 1
+    assert moved(before, after, "kokoro_tts_errors_total", route="other", code="unknown_model") == 1
+    assert moved(before, after, "kokoro_tts_utterances_total", route="ws", outcome="cancelled") == 0
     # Each of the three utterances (one short text chunk each) ran one G2P job and one job for its first audio.
     for job in ("phonemes", "first_audio"):
-        assert moved("kokoro_tts_inference_jobs_total", job=job) == 3, job
-        assert moved("kokoro_tts_inference_seconds_total", job=job) > 0, job
+        assert moved(before, after, "kokoro_tts_inference_jobs_total", job=job) == 3, job
+        assert moved(before, after, "kokoro_tts_inference_seconds_total", job=job) > 0, job
     assert value(after, "kokoro_tts_inference_workers") == server.engine.scheduler.workers >= 1
     # Nothing is left in flight: a response's slot is freed just after its last byte leaves, so allow a moment.
     deadline = time.monotonic() + 5
@@ -119,16 +116,8 @@ def test_a_refused_session_counts_against_its_cap(server: RunningServer, monkeyp
 
     assert asyncio.run(refused()).startswith("server_busy")
     after = scrape(server.base_url)
-    assert (
-        value(after, "kokoro_tts_refused_total", cap="sessions")
-        - value(before, "kokoro_tts_refused_total", cap="sessions")
-        == 1
-    )
-    assert (
-        value(after, "kokoro_tts_errors_total", route="ws", code="server_busy")
-        - value(before, "kokoro_tts_errors_total", route="ws", code="server_busy")
-        == 1
-    )
+    assert moved(before, after, "kokoro_tts_refused_total", cap="sessions") == 1
+    assert moved(before, after, "kokoro_tts_errors_total", route="ws", code="server_busy") == 1
 
 
 def test_queue_depth_is_read_at_scrape_time_under_load(server: RunningServer) -> None:

@@ -144,3 +144,17 @@ def tool_calls(log: Path, tool: str | None = None) -> list[dict[str, Any]]:
 def docker_builds(log: Path) -> list[list[str]]:
     """The argv of each ``docker buildx build``, in order."""
     return [c["args"] for c in tool_calls(log, "docker") if c["args"][:2] == ["buildx", "build"]]
+
+
+def shared_outputs(**overrides: Any) -> dict[str, Any]:
+    """The shared root's outputs as `make deploy` reads them (terraform output -json values)."""
+    values = {
+        "region": REGION,
+        "tts_repository_url": TTS_REPO,
+        "agent_repository_url": AGENT_REPO,
+        "weights_bucket_name": "kokoro-tts-weights-20250101",
+        "weights_prefix": "kokoro-82m/v1.0/",
+        "weights_s3_uri": "s3://kokoro-tts-weights-20250101/kokoro-82m/v1.0/",
+        "weights_kms_key_arn": None,
+    }
+    return {**values, **overrides}
