@@ -17,7 +17,7 @@ from kokoro_tts.engine.voices import Voice, VoiceBank
 from kokoro_tts.settings import Settings
 from kokoro_tts.text import markup
 from kokoro_tts.text.normalize import longest_number, normalize
-from kokoro_tts.text.phonemes import Phonemizer, clean_text_mapped, kept_characters
+from kokoro_tts.text.phonemes import clean_text_mapped, kept_characters
 from kokoro_tts.text.text_map import TextMap
 
 # A number read with more digits than this is refused: misaki reads digits as one number (num2words overflows past
@@ -81,10 +81,9 @@ class RequestRules:
     """The server's limits on what it is asked to say: text length and content, the voices it has, the speeds the
     model speaks at."""
 
-    def __init__(self, settings: Settings, voices: VoiceBank, phonemizer: Phonemizer) -> None:
+    def __init__(self, settings: Settings, voices: VoiceBank) -> None:
         self._settings = settings
         self._voices = voices
-        self._phonemizer = phonemizer
 
     def speech(
         self, text: object, voice: object | None, speed: object | None, *, literal: object = False
@@ -130,8 +129,7 @@ class RequestRules:
                 f"The blend {quoted(spec)} has weights too large to mix; "
                 "use weights such as 'af_heart:0.7,af_bella:0.3'.",
             )
-        self._phonemizer.check_language(resolved.lang)
-        return resolved
+        return resolved  # every part's language checked by ``resolve``
 
     def speed(self, speed: object | None) -> float:
         """A speed the model speaks at (1.0 when none is given)."""

@@ -82,7 +82,7 @@ class TTSEngine:
         self.backend = backend
         self.voices = voices
         self.phonemizer = phonemizer
-        self.rules = RequestRules(settings, voices, phonemizer)
+        self.rules = RequestRules(settings, voices)
         self.scheduler = DeadlineScheduler(backend.parallel_jobs)
         # Whole token batches of several streams, queued together, go to the backend in one call (its limit).
         self._whole_chunks = Batch(self._synthesize_batch, backend.batch_limit)

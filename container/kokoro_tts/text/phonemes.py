@@ -207,9 +207,6 @@ class Phonemizer:
         self._locks: dict[str, threading.Lock] = {}
         self._registry_lock = threading.Lock()
 
-    def check_language(self, lang: str) -> None:
-        _factory(lang)
-
     def phonemes(self, text: str, lang: str) -> str:
         return self.spoken(text, lang).text
 
