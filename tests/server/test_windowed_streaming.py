@@ -15,8 +15,8 @@ from kokoro_tts.engine.scheduler import JobRecord
 from kokoro_tts.engine.windows import WindowPlan
 from support.idle import wait_idle
 from support.inproc_server import RunningServer
-from support.ws_client import Transcript, receive_until
-from websockets.asyncio.client import ClientConnection, connect
+from support.ws_client import Transcript, first_audio, receive_until
+from websockets.asyncio.client import connect
 
 # One chunk (under MAX_CHUNK_CHARS, no sentence break): about 12 s of speech, so many windows.
 LONG_SENTENCE = (
@@ -60,17 +60,6 @@ def utterance_tags(jobs: list[JobRecord]) -> list[str]:
         if (tag := job.label.split()[0]) not in tags:
             tags.append(tag)
     return tags
-
-
-async def first_audio(ws: ClientConnection, transcript: Transcript) -> float:
-    """Receive until the first binary frame; returns when it arrived (monotonic, the server's loop clock)."""
-    async with asyncio.timeout(120):
-        while True:
-            message = await ws.recv()
-            if isinstance(message, bytes):
-                transcript.frames.append(("audio", message))
-                return time.monotonic()
-            transcript.frames.append(("json", json.loads(message)))
 
 
 async def test_first_audio_leaves_after_one_window_job(server: RunningServer, small_windows: None) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -62,6 +63,18 @@ async def receive_until(ws: ClientConnection, transcript: Transcript, done: Any,
             transcript.frames.append(("json", frame))
             if done(frame):
                 return
+
+
+async def first_audio(ws: ClientConnection, transcript: Transcript, limit_s: float = 120.0) -> float:
+    """Receive into ``transcript`` until the first binary frame; when it arrived (monotonic: the clock of the server's
+    loop and scheduler, in-process)."""
+    async with asyncio.timeout(limit_s):
+        while True:
+            message = await ws.recv()
+            if isinstance(message, bytes):
+                transcript.frames.append(("audio", message))
+                return time.monotonic()
+            transcript.frames.append(("json", json.loads(message)))
 
 
 def completes(n: int) -> Any:
