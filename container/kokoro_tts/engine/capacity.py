@@ -4,8 +4,14 @@ A stream (a WebSocket session speaking, an HTTP synthesis streaming its body) ne
 as it plays. The warm-up measures what the workers make side by side, in seconds of audio per second of wall time;
 the engine plays at most ``HEADROOM`` of that at once, one slot per stream. A newcomer past the slots waits for one
 (its first audio later, never a start and then a stutter), up to a bound; past it, it is refused with
-``server_busy``. A session that has spoken before goes ahead of newcomers, so a reply in progress is never starved
-by callers arriving after it.
+``server_busy``. A session whose reply is in progress (it gave its slot back moments ago) goes ahead of newcomers,
+so a reply is never starved by callers arriving after it; that priority lasts a few seconds, so no session keeps
+it for good.
+
+A slot is held by a stream that keeps up (``Pace``): its client must take its audio about as fast as it plays. A
+stream whose sent audio falls behind its playback clock by more than a margin gives its slot up at once; the stream
+is then told (``slow_reader``) and stopped, so a client reading slowly cannot hold a slot that an honest caller
+needs, however little it reads.
 """
 
 from __future__ import annotations
@@ -14,7 +20,11 @@ import asyncio
 import heapq
 import itertools
 import math
+import time
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
+
+from kokoro_client.errors import ErrorCode, TTSError
 
 from kokoro_tts.engine.scheduler import busy
 
@@ -49,14 +59,27 @@ class StreamSlots:
             raise ValueError(f"streams must be {UNLIMITED} (no limit), {MEASURED} (measured) or a count, not {setting}")
         self.setting = setting
         self.throughput = 0.0  # seconds of audio the workers make per second, side by side (0: not measured)
+        self.first_throughput = 0.0  # the warm-up's figure, before any re-check moved it
+        self.measured_at = 0.0  # when ``throughput`` was measured (Unix time; 0: never)
+        self.measurements = 0  # the warm-up's, then each re-check while idle
         self.refused = 0  # streams refused after the bounded wait (GET /metrics)
+        self.fell_behind = 0  # streams that gave their slot up because their client read too slowly (GET /metrics)
         self._holders: set[object] = set()
         self._queue: list[_Waiter] = []
         self._seq = itertools.count()
 
     def measured(self, audio_s: float, wall_s: float) -> None:
-        """The warm-up made ``audio_s`` of audio in ``wall_s`` with every worker busy."""
+        """The warm-up (or a re-check while idle) made ``audio_s`` of audio in ``wall_s`` with every worker busy."""
         self.throughput = audio_s / wall_s if wall_s > 0 else 0.0
+        if not self.measurements:
+            self.first_throughput = self.throughput
+        self.measurements += 1
+        self.measured_at = time.time()
+
+    @property
+    def idle(self) -> bool:
+        """No stream holds or waits for a slot."""
+        return not self._holders and not self._queue
 
     @property
     def ceiling(self) -> float:
@@ -131,3 +154,68 @@ class StreamSlots:
             waiter = heapq.heappop(self._queue)
             self._holders.add(waiter.holder)
             waiter.granted.set_result(None)
+
+
+def fell_behind(margin_s: float) -> TTSError:
+    """What a stream that gave its slot up is told."""
+    return TTSError(
+        ErrorCode.SLOW_READER,
+        f"The audio was read more than {margin_s:g} s slower than it plays, so its stream slot went to another "
+        "caller and this synthesis was stopped; read the audio as it comes.",
+    )
+
+
+class Pace:
+    """One slot holder's audio against its playback clock: the clock starts at its first audio and runs in real time,
+    paused while the stream waits for the server (its next window) or for the client's next text; the audio its
+    transport has taken must stay within ``margin_s`` of it. A send still waiting past that gives the slot up there
+    and then (``behind``), so the slot is free for others at once, not when the slow send ends. ``cut_off``: a
+    stream that is cut off when it falls behind (HTTP) abandons that send; else (a session, which tells its client
+    in band) the send is finished first."""
+
+    def __init__(self, slots: StreamSlots, holder: object, margin_s: float, *, cut_off: bool = False) -> None:
+        self._slots, self._holder, self.margin_s, self._cut_off = slots, holder, margin_s, cut_off
+        self._loop = asyncio.get_running_loop()
+        self._started: float | None = None
+        self._paused_s = 0.0  # time the player would have sat dry through no fault of the client
+        self._sent_s = 0.0  # audio the transport has taken
+        self.behind = False
+
+    @property
+    def _played_to(self) -> float:
+        """When a player that started at the first audio has played everything sent (loop time)."""
+        assert self._started is not None
+        return self._started + self._paused_s + self._sent_s
+
+    def waited(self, since: float) -> None:
+        """The stream waited from ``since`` until now for the server or the client's text: the part of it its player
+        would have sat dry is not the client's lag."""
+        if self._started is None:
+            return
+        now = self._loop.time()
+        dry_from = max(since, self._played_to)
+        if now > dry_from:
+            self._paused_s += now - dry_from
+
+    async def send(self, sending: Awaitable[None], audio_s: float) -> None:
+        """Awaits ``sending`` (``audio_s`` of audio); past the deadline the slot is given up while it still waits."""
+        task = asyncio.ensure_future(sending)
+        try:
+            if self._started is None:
+                self._started = self._loop.time()
+            if not self.behind and math.isfinite(self._slots.ceiling):  # no slots: none to give up
+                timeout = max(0.0, self._played_to + self.margin_s - self._loop.time())
+                done, _ = await asyncio.wait({task}, timeout=timeout)
+                if not done:
+                    self.behind = True
+                    self._slots.fell_behind += 1
+                    self._slots.release(self._holder)
+                    if self._cut_off:
+                        task.cancel()
+                        await asyncio.gather(task, return_exceptions=True)
+                        return
+            await task
+        except BaseException:
+            task.cancel()
+            raise
+        self._sent_s += audio_s
