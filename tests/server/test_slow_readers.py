@@ -179,3 +179,39 @@ async def test_an_http2_client_that_stops_reading_gives_its_slot_up_and_its_stre
     finally:
         sock.close()
     assert isinstance(ending, h2.events.StreamReset), ending
+
+
+async def first_frame_at(ws: ClientConnection, utterance_id: str) -> tuple[float, str]:
+    """When ``utterance_id``'s first frame about it came, and its type (``synthesis_start``, or ``error``); then
+    hears it to its end."""
+    async with asyncio.timeout(120):
+        while True:
+            message = await ws.recv()
+            if isinstance(message, str) and json.loads(message).get("id") == utterance_id:
+                at, kind = time.perf_counter(), json.loads(message)["type"]
+                if kind != "error":
+                    await frames_to_the_end(ws, utterance_id)
+                return at, kind
+
+
+async def test_a_session_that_spoke_long_ago_waits_behind_an_earlier_newcomer(
+    server: RunningServer, one_stream: StreamSlots, small_lag: None
+) -> None:
+    """A returning session goes ahead of newcomers only within KOKORO_STREAM_LAG_S of giving its slot back (a
+    reply's next sentence); one that comes back later queues in arrival order, so newcomers are never starved."""
+    async with connect(server.ws_url) as old, connect(server.ws_url) as holder, connect(server.ws_url) as newcomer:
+        await old.send(json.dumps({"type": "synthesize", "id": "before", "text": REPLY}))
+        await frames_to_the_end(old, "before")
+        await eventually(lambda: not one_stream.count, "the slot given back", 30)
+        await asyncio.sleep(1.0)  # past the 0.5 s in which it would go ahead of newcomers
+        await holder.send(json.dumps({"type": "synthesize", "id": "hold", "text": REPLY}))
+        await eventually(lambda: one_stream.count, "the holder has the slot", 60)
+        held = asyncio.create_task(frames_to_the_end(holder, "hold"))
+        await newcomer.send(json.dumps({"type": "synthesize", "id": "new", "text": REPLY}))
+        await eventually(lambda: one_stream.waiting == 1, "the newcomer waits", 30)
+        await old.send(json.dumps({"type": "synthesize", "id": "again", "text": REPLY}))
+        await eventually(lambda: one_stream.waiting == 2, "the old session waits too", 30)
+        new, again = await asyncio.gather(first_frame_at(newcomer, "new"), first_frame_at(old, "again"))
+        await held
+    assert new[1] == "synthesis_start", new
+    assert again[1] == "error" or again[0] > new[0], (new, again)
