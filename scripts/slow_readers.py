@@ -36,6 +36,7 @@ HTTP_READ_BPS = 400
 QUEUED = 32
 LEAD_IN_S = 5.0  # the slow readers take every slot before the first honest session
 PROBE_GAP_S = 2.0
+DRAIN_S = 60.0  # how long a slow reader reads at full speed at the end, to see how its stream ended
 
 
 @dataclass
@@ -109,7 +110,7 @@ async def ws_slow_reader(url: str, stop: asyncio.Event, ends: Counter[str]) -> i
             await asyncio.sleep(len(message) / WS_READ_BPS)
         await ws.send(json.dumps({"type": "cancel"}))
         try:
-            async with asyncio.timeout(120):
+            async with asyncio.timeout(DRAIN_S):
                 while ended != ids:
                     note(await ws.recv())
         except (TimeoutError, ConnectionClosed):
@@ -127,17 +128,20 @@ def http_slow_reader(port: int, stop: asyncio.Event, ends: Counter[str]) -> int:
     data = bytearray()
     with socket.create_connection(("127.0.0.1", port)) as sock:
         sock.sendall(head + body)
-        sock.settimeout(120)
+        sock.settimeout(DRAIN_S)
         while not stop.is_set():
             part = sock.recv(HTTP_READ_BPS)
             if not part:
                 break
             data += part
             time.sleep(1.0)
+        deadline = time.monotonic() + DRAIN_S  # a body not cut off by then is still streaming: the defence failed
         try:
-            while part := sock.recv(65536):
+            while time.monotonic() < deadline and (part := sock.recv(65536)):
                 data += part
         except TimeoutError:
+            pass
+        if part and time.monotonic() >= deadline:
             ends["still streaming"] += 1
             return 0
     whole = data.endswith(b"\r\n0\r\n\r\n")

@@ -57,7 +57,7 @@ PHONEMES_JOB, FIRST_AUDIO_JOB, AUDIO_JOB = "phonemes", "first_audio", "audio"
 # Timed rounds of the throughput measurement, the fastest kept: work outside it (requests answered not_ready during
 # the warm-up, a busy neighbour) only ever slows a round, so the best is the one least disturbed.
 MEASURE_ROUNDS = 3
-RECHECK_IDLE_S = 300.0  # how long the engine is idle before the measurement is taken again
+RECHECK_IDLE_S = 300.0  # how often the measurement is taken again, when the engine is idle then
 
 
 def audio_job(index: int) -> str:
@@ -169,7 +169,7 @@ class TTSEngine:
         return max(rounds, key=lambda r: r[0] / r[1] if r[1] > 0 else 0.0)
 
     async def recheck_while_idle(self, idle_s: float = RECHECK_IDLE_S) -> None:
-        """Takes the throughput again after each ``idle_s`` with no stream and no job, so a figure a disturbed
+        """Takes the throughput again every ``idle_s`` when no stream and no job is there, so a figure a disturbed
         warm-up got wrong (or a host that got slower) does not size the slots for the life of the process. A
         measurement that any work overlapped is dropped."""
         loop = asyncio.get_running_loop()
