@@ -501,7 +501,7 @@ class Session:
             if pace.behind:
                 break
         metrics.audio_sent(self.route, audio_ms)
-        if pace is not None and pace.behind:  # its slot is given up already; the session's next utterance waits like a newcomer's
+        if pace is not None and pace.behind:  # its slot is given up already: its next utterance waits as a newcomer
             self._returning_until = 0.0
             log.info("utterance %s stopped: its client fell behind its audio (slow_reader)", utterance.id)
             await self.dialect.refused(fell_behind(pace.margin_s), utterance.id)
