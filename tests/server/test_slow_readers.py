@@ -107,6 +107,45 @@ async def test_a_ws_client_that_stops_reading_gives_its_slot_up_and_is_told(
     await eventually(lambda: not one_stream.count, "every slot given back", 30)
 
 
+async def read_slowly(ws: ClientConnection, bytes_per_s: float, until: asyncio.Event) -> int:
+    """Reads ``ws`` at ``bytes_per_s`` until ``until`` is set; the audio bytes read."""
+    read = 0
+    while not until.is_set():
+        message = await ws.recv()
+        if isinstance(message, bytes):
+            read += len(message)
+            await asyncio.sleep(len(message) / bytes_per_s)
+    return read
+
+
+async def test_a_ws_client_reading_a_fifth_of_real_time_through_big_buffers_is_caught_by_what_it_read(
+    server: RunningServer, one_stream: StreamSlots, small_lag: None
+) -> None:
+    """The attack of issue 41: μ-law (8 KB/s) read at 1.5 KB/s through the sockets' own (default) buffers, which
+    hold tens of seconds of it before the server's send waits. The client's answers to the server's pings say what
+    it has read, so it gives its slot up once the margin, the 16 frames its library queues and the audio let out
+    ahead of its answers are behind, not once the buffers fill too; and it is told, after the audio it was sent."""
+    async with connect(server.ws_url) as slow:
+        await slow.send(json.dumps({"type": "config", "format": "mulaw"}))
+        await slow.send(json.dumps({"type": "synthesize", "id": "slow", "text": LONG}))
+        await eventually(lambda: one_stream.count, "the slow session holds the slot", 60)
+        honest_done = asyncio.Event()
+        began = time.perf_counter()
+        reading = asyncio.create_task(read_slowly(slow, 1500, honest_done))
+        await eventually(lambda: one_stream.fell_behind, "the slow reader caught", 60)
+        caught_s = time.perf_counter() - began
+        await honest_first_audio_s(server)
+        honest_done.set()
+        await reading
+        assert one_stream.fell_behind == 1
+        # By what its socket took alone, about a minute: the sockets hold ~220 KB and its library 16 frames more,
+        # ~45 s of μ-law. By its answers, its library's 16 frames (~1 s each) and the margins: ~20 s.
+        assert caught_s < 35, caught_s
+        frames = await frames_to_the_end(slow, "slow")  # it reads on at full speed: all it was sent, then told
+        assert frames[-1]["type"] == "error" and frames[-1]["code"] == "slow_reader", frames[-1]
+    await eventually(lambda: not one_stream.count, "every slot given back", 30)
+
+
 def _http1_request(port: int) -> socket.socket:
     sock = small_socket()
     sock.connect(("127.0.0.1", port))

@@ -1,4 +1,4 @@
-"""Eight fixes to Hypercorn 0.18 that its configuration cannot express; ``apply()`` installs them (idempotent).
+"""Nine fixes to Hypercorn 0.18 that its configuration cannot express; ``apply()`` installs them (idempotent).
 
 They replace private parts of Hypercorn, so ``apply()`` refuses any other minor release (``WRITTEN_FOR``): a new
 one must be read again first. tests/server/test_hypercorn_upstream.py runs Hypercorn bare beside Hypercorn
@@ -40,6 +40,11 @@ hardened and fails once upstream no longer has the bugs of fixes 1-3.
    drained, so the app's next send went through too. The app never waited: a slow reader's whole synthesis piled
    up in memory, and no send ever fell behind (engine/capacity.py's ``Pace``). A send now waits while the buffer
    holds more than its low mark, as Hypercorn means it to.
+9. A WebSocket app cannot ping nor hear pongs through ASGI, and Hypercorn drops every pong, so the server could not
+   tell what a client has read: only what its own socket took, after the client's receive buffer and ours (fix 6)
+   filled, tens of seconds of μ-law. Each accepted WebSocket's scope carries ``ReadReceipts``
+   (``scope["extensions"]["kokoro.read_receipts"]``, engine/capacity.py): its pings go out as Hypercorn's own
+   keepalive pings do, and each pong's payload is handed to it.
 """
 
 from __future__ import annotations
@@ -53,6 +58,8 @@ from typing import Any
 import hypercorn.asyncio.run
 import hypercorn.asyncio.task_group
 import hypercorn.protocol
+import hypercorn.protocol.h2
+import hypercorn.protocol.h11
 import hypercorn.protocol.ws_stream
 from h2.errors import ErrorCodes
 from h2.stream import StreamState
@@ -61,10 +68,11 @@ from hypercorn.events import Closed, Event, RawData
 from hypercorn.protocol.events import Event as StreamEvent
 from hypercorn.protocol.events import StreamClosed
 from hypercorn.protocol.h2 import BUFFER_LOW_WATER, H2Protocol, StreamBuffer
-from hypercorn.protocol.ws_stream import WebsocketBuffer
-from wsproto.events import Message
+from hypercorn.protocol.ws_stream import WebsocketBuffer, WSStream
+from wsproto.events import Message, Ping, Pong
 from wsproto.extensions import PerMessageDeflate
 
+from kokoro_tts.engine.capacity import READ_RECEIPTS, ReadReceipts
 from kokoro_tts.sessions.core import OVERSIZE_KEY
 
 WRITTEN_FOR = "0.18"  # the Hypercorn minor release whose private parts these fixes replace
@@ -117,6 +125,26 @@ class _StreamBuffer(StreamBuffer):
         if not self.buffer:
             await self._is_empty.set()
         return data
+
+
+class _ReceiptsWSStream(WSStream):
+    async def _accept(self, message: Any) -> None:
+        await super()._accept(message)
+        receipts = ReadReceipts(self._ping)
+        self.scope["extensions"][READ_RECEIPTS] = receipts  # type: ignore[assignment]
+        parsed = self.connection.events
+
+        def noting_pongs() -> Any:
+            for event in parsed():
+                if isinstance(event, Pong):
+                    receipts.answered(bytes(event.payload))
+                yield event
+
+        self.connection.events = noting_pongs  # type: ignore[method-assign]
+
+    async def _ping(self, payload: bytes) -> None:
+        if not self.closed:
+            await self._send_wsproto_event(Ping(payload=payload))
 
 
 class _DeclinedDeflate(PerMessageDeflate):
@@ -201,6 +229,8 @@ def apply() -> None:
     hypercorn.protocol.ws_stream.WebsocketBuffer = _CappedBuffer  # type: ignore[misc]
     hypercorn.asyncio.run.TCPServer = _TCPServer  # type: ignore[misc]
     hypercorn.protocol.ws_stream.PerMessageDeflate = _DeclinedDeflate  # type: ignore[misc]
+    hypercorn.protocol.h11.WSStream = _ReceiptsWSStream  # type: ignore[misc]
+    hypercorn.protocol.h2.WSStream = _ReceiptsWSStream  # type: ignore[misc]
     hypercorn.asyncio.task_group.TaskGroup.spawn_app = _spawn_app  # type: ignore[method-assign]
     hypercorn.protocol.H2Protocol = _H2Protocol  # type: ignore[misc]
     hypercorn.protocol.h2.StreamBuffer = _StreamBuffer  # type: ignore[misc]

@@ -28,7 +28,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from kokoro_tts import metrics
 from kokoro_tts.audio.encoding import AudioFormat, off_loop_encoder
-from kokoro_tts.engine.capacity import Pace, fell_behind
+from kokoro_tts.engine.capacity import READ_RECEIPTS, Pace, fell_behind
 from kokoro_tts.engine.requests import SpeechRequest
 from kokoro_tts.engine.scheduler import Interrupted, unless
 from kokoro_tts.engine.synthesis import TTSEngine
@@ -431,7 +431,8 @@ class Session:
                 await self.dialect.refused(error, utterance.id)
                 return False
         if self._pace is None or self._pace.behind:
-            self._pace = Pace(slots, self, self.settings.stream_lag_s)
+            receipts = self._ws.scope.get("extensions", {}).get(READ_RECEIPTS)  # None where the server has none
+            self._pace = Pace(slots, self, self.settings.stream_lag_s, receipts=receipts)
         return True
 
     async def _next_piece(self, utterance: Utterance) -> Piece | None:
