@@ -105,7 +105,11 @@ async def ws_slow_reader(url: str, stop: asyncio.Event, ends: Counter[str]) -> i
                     ends[kind] += 1
 
         while not stop.is_set():
-            message = await ws.recv()
+            try:  # once caught with nothing left queued, nothing more comes until it sends
+                async with asyncio.timeout(1.0):
+                    message = await ws.recv()
+            except TimeoutError:
+                continue
             note(message)
             await asyncio.sleep(len(message) / WS_READ_BPS)
         await ws.send(json.dumps({"type": "cancel"}))
