@@ -12,7 +12,12 @@ seconds and its RSS to the high-water mark of a first round of every kind of wor
 baseline after the stuck sockets with new sessions still accepted, and the victim beside the hard token must take
 at most twice its time beside the ordinary request.
 
-    python -m scripts.soak [--churn 3000] [--vanishing 20] [--staying 4] [--stuck 8] [--hostile 120] [--json out.json]
+Then (issue 41) the slow-reader attack on a server of its own with stream slots (scripts/slow_readers.py): as many
+slow readers as slots, WebSocket then HTTP, while honest sessions must hear their first audio within the documented
+wait in 9 of 10 tries, every slow reader is told, and the server's log holds no ERROR line.
+
+    python -m scripts.soak [--churn 3000] [--vanishing 20] [--staying 4] [--stuck 8] [--hostile 120]
+                           [--slow-readers 2] [--slow-probes 10] [--json out.json]
 """
 
 from __future__ import annotations
@@ -45,7 +50,7 @@ from kokoro_tts.engine.synthesis import TEXT_THREADS
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
-from scripts import hostile_text
+from scripts import hostile_text, slow_readers
 from scripts.hostile_text import ROUTES, Flight, speak_all
 from scripts.scrape import scrape, value
 from scripts.servers import free_port, serve_command, started, wait_ready
@@ -120,6 +125,8 @@ class Report:
     hostile_failures: list[str] = field(default_factory=list)
     phases_s: dict[str, float] = field(default_factory=dict)
     phase_ping_max_ms: dict[str, float] = field(default_factory=dict)
+    # The slow-reader attack (scripts/slow_readers.py), on a server of its own with stream slots.
+    slow_readers: dict[str, Any] = field(default_factory=dict)
     phase_rss_mb: dict[str, float] = field(default_factory=dict)  # the server's RSS as each phase ended
     warm_up_rss_mb: float = 0.0  # the RSS high-water mark of the round before the baseline
 
@@ -575,6 +582,7 @@ def check(report: Report) -> list[str]:
         problems.append(f"{len(report.hostile_failures)} hostile-text answers failed: {shown}")
     if report.phase_ping_max_ms.get("hostile", 0.0) >= PING_LIMIT_MS:
         problems.append(f"/ping max {report.phase_ping_max_ms['hostile']} ms during the hostile text")
+    problems += report.slow_readers.get("problems", [])
     return problems
 
 
@@ -597,10 +605,17 @@ def main() -> None:
     parser.add_argument("--staying", type=int, default=4, help="sessions that stay and count every utterance's end")
     parser.add_argument("--stuck", type=int, default=8, help="clients that flood a session unread, then reset")
     parser.add_argument("--hostile", type=int, default=120, help="seeded random hostile strings (0: no hostile phase)")
+    parser.add_argument("--slow-readers", type=int, default=2, help="stream slots, and slow readers (0: none)")
+    parser.add_argument("--slow-probes", type=int, default=10, help="honest sessions beside the slow readers")
     parser.add_argument("--model-dir", type=Path, default=Path(os.environ.get("KOKORO_MODEL_DIR", "models/kokoro")))
     parser.add_argument("--json", type=Path, help="write the report here too")
     args = parser.parse_args()
     report = soak(args.churn, args.vanishing, args.staying, args.model_dir, args.stuck, args.hostile)
+    if args.slow_readers:
+        log = REPO / "out" / "soak-slow-readers-server.log"
+        log.parent.mkdir(exist_ok=True)
+        attack = slow_readers.run(args.model_dir, args.slow_readers, args.slow_probes, log)
+        report.slow_readers = slow_readers.report_dict(attack)
     text = json.dumps(asdict(report), indent=2)
     print(text)
     if args.json:

@@ -33,6 +33,7 @@ class ErrorCode(StrEnum):
     NUMBER_TOO_LONG = "number_too_long"
     NOT_READY = "not_ready"
     SERVER_BUSY = "server_busy"
+    SLOW_READER = "slow_reader"
     SHUTTING_DOWN = "shutting_down"
     REQUEST_TIMEOUT = "request_timeout"
     INTERNAL_ERROR = "internal_error"

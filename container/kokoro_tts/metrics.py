@@ -200,6 +200,29 @@ class _EngineCollector(Collector):
             [((), sum(s.throughput for s in slots))],
         )
         yield _gauge(
+            "kokoro_tts_stream_throughput_warmup",
+            "The warm-up's throughput figure, before any re-check while idle moved it.",
+            [],
+            [((), sum(s.first_throughput for s in slots))],
+        )
+        yield _gauge(
+            "kokoro_tts_stream_throughput_measured_timestamp_seconds",
+            "When the throughput figure was last measured (Unix time; 0: never).",
+            [],
+            [((), max((s.measured_at for s in slots), default=0.0))],
+        )
+        measurements = CounterMetricFamily(
+            "kokoro_tts_stream_throughput_measurements", "Throughput measurements: the warm-up's, then each re-check."
+        )
+        measurements.add_metric([], sum(s.measurements for s in slots))
+        yield measurements
+        behind = CounterMetricFamily(
+            "kokoro_tts_streams_fell_behind",
+            "Streams that gave their slot up because their client read the audio slower than it plays (slow_reader).",
+        )
+        behind.add_metric([], sum(s.fell_behind for s in slots))
+        yield behind
+        yield _gauge(
             "kokoro_tts_stream_headroom",
             "Stream slots free now: streams that would start at once (+Inf: no limit).",
             [],

@@ -46,6 +46,18 @@ class Settings:
     streams: int = setting(
         "KOKORO_STREAMS", 0, "streams played at once without a gap (0: measured at warm-up; -1: no limit)"
     )
+    # A slot is held by a stream whose client takes its audio about as fast as it plays (engine/capacity.py's
+    # Pace): one that falls further behind its playback clock gives the slot up and is told slow_reader. Also how
+    # long after giving its slot back a session's next utterance still goes ahead of newcomers (a reply's next
+    # sentence), so that priority never lasts.
+    stream_lag_s: float = _setting(
+        "KOKORO_STREAM_LAG_S", 3.0, "seconds a stream's client may fall behind its audio's playback, keeping its slot"
+    )
+    # Estimated from the text (engine/requests.py), so one session cannot reserve an hour of a slot with 32 long
+    # utterances; an utterance into an empty queue is always taken (the text cap bounds it).
+    max_queued_audio_s: float = _setting(
+        "KOKORO_MAX_QUEUED_AUDIO_S", 300.0, "seconds of audio one WebSocket session may have queued (estimated)"
+    )
     # Each holds a scheduler slot until its last chunk.
     max_http_streams: int = setting("KOKORO_MAX_HTTP_STREAMS", 32, "HTTP syntheses streaming at once")
     max_h2_streams: int = setting("KOKORO_MAX_H2_STREAMS", 8, "HTTP/2 streams one connection may have open")

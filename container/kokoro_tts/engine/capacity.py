@@ -4,17 +4,30 @@ A stream (a WebSocket session speaking, an HTTP synthesis streaming its body) ne
 as it plays. The warm-up measures what the workers make side by side, in seconds of audio per second of wall time;
 the engine plays at most ``HEADROOM`` of that at once, one slot per stream. A newcomer past the slots waits for one
 (its first audio later, never a start and then a stutter), up to a bound; past it, it is refused with
-``server_busy``. A session that has spoken before goes ahead of newcomers, so a reply in progress is never starved
-by callers arriving after it.
+``server_busy``. A session whose reply is in progress (it gave its slot back moments ago) goes ahead of newcomers,
+so a reply is never starved by callers arriving after it; that priority lasts a few seconds, so no session keeps
+it for good.
+
+A slot is held by a stream that keeps up (``Pace``): its client must take its audio about as fast as it plays. A
+stream whose sent audio falls behind its playback clock by more than a margin gives its slot up at once; the stream
+is then told (``slow_reader``) and stopped, so a client reading slowly cannot hold a slot that an honest caller
+needs, however little it reads.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import heapq
 import itertools
 import math
+import secrets
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+
+from kokoro_client.errors import ErrorCode, TTSError
 
 from kokoro_tts.engine.scheduler import busy
 
@@ -49,14 +62,27 @@ class StreamSlots:
             raise ValueError(f"streams must be {UNLIMITED} (no limit), {MEASURED} (measured) or a count, not {setting}")
         self.setting = setting
         self.throughput = 0.0  # seconds of audio the workers make per second, side by side (0: not measured)
+        self.first_throughput = 0.0  # the warm-up's figure, before any re-check moved it
+        self.measured_at = 0.0  # when ``throughput`` was measured (Unix time; 0: never)
+        self.measurements = 0  # the warm-up's, then each re-check while idle
         self.refused = 0  # streams refused after the bounded wait (GET /metrics)
+        self.fell_behind = 0  # streams that gave their slot up because their client read too slowly (GET /metrics)
         self._holders: set[object] = set()
         self._queue: list[_Waiter] = []
         self._seq = itertools.count()
 
     def measured(self, audio_s: float, wall_s: float) -> None:
-        """The warm-up made ``audio_s`` of audio in ``wall_s`` with every worker busy."""
+        """The warm-up (or a re-check while idle) made ``audio_s`` of audio in ``wall_s`` with every worker busy."""
         self.throughput = audio_s / wall_s if wall_s > 0 else 0.0
+        if not self.measurements:
+            self.first_throughput = self.throughput
+        self.measurements += 1
+        self.measured_at = time.time()
+
+    @property
+    def idle(self) -> bool:
+        """No stream holds or waits for a slot."""
+        return not self._holders and not self._queue
 
     @property
     def ceiling(self) -> float:
@@ -131,3 +157,170 @@ class StreamSlots:
             waiter = heapq.heappop(self._queue)
             self._holders.add(waiter.holder)
             waiter.granted.set_result(None)
+
+
+def fell_behind(margin_s: float) -> TTSError:
+    """What a stream that gave its slot up is told."""
+    return TTSError(
+        ErrorCode.SLOW_READER,
+        f"The audio was read more than {margin_s:g} s slower than it plays, so its stream slot went to another "
+        "caller and this synthesis was stopped; read the audio as it comes.",
+    )
+
+
+READ_RECEIPTS = "kokoro.read_receipts"  # the ASGI scope extension a WebSocket's ``ReadReceipts`` travel in
+MAX_UNANSWERED = 256  # marks kept for a client that does not answer; older ones are forgotten
+# Audio a WebSocket stream may have sent past its client's latest answer. A client's library reads the socket in
+# large pieces (Python's asyncio: up to 256 KiB, half a minute of μ-law) and answers every ping in a piece at once,
+# so with more in flight its answers would vouch for audio still unread; a reader that keeps up answers within a
+# round trip, far inside this.
+AHEAD_OF_READ_S = 1.0
+
+
+class ReadReceipts:
+    """What a WebSocket's client has read, by its own answers: after each piece of audio the server pings with a mark
+    (random, so it cannot be answered unread), and a client's WebSocket library answers a ping only once it has
+    parsed every frame before it, parsing nothing more while its unread messages fill its queue (Python
+    ``websockets``: 16 messages). So the latest answered mark is a floor on the audio its client has taken, however
+    large the socket buffers between them. Made by the server (server/hypercorn_hardening.py), which calls
+    ``answered`` with each pong's payload."""
+
+    def __init__(self, ping: Callable[[bytes], Awaitable[None]]) -> None:
+        self._ping = ping
+        self._marks: deque[tuple[bytes, float]] = deque(maxlen=MAX_UNANSWERED)
+        self._answer = asyncio.Event()  # set at each answer
+        self.sent_s = 0.0  # audio sent on the connection
+        self.read_s = 0.0  # audio before the latest answered mark
+        # Whether the client has answered at all: one that never does (a library that does not, a proxy that
+        # swallows pings) is judged by what its socket takes, as an HTTP stream is, not starved of audio.
+        self.answering = False
+
+    @property
+    def ahead_s(self) -> float:
+        """Audio sent that the client has not vouched for."""
+        return self.sent_s - self.read_s
+
+    async def answer(self) -> None:
+        """Waits for the client's next answer."""
+        self._answer.clear()
+        await self._answer.wait()
+
+    async def sent(self, audio_s: float) -> None:
+        """``audio_s`` more audio went out: a ping marks where it ends."""
+        self.sent_s += audio_s
+        mark = secrets.token_bytes(8)
+        self._marks.append((mark, self.sent_s))
+        await self._ping(mark)
+
+    def answered(self, payload: bytes) -> None:
+        while self._marks:
+            mark, position = self._marks.popleft()
+            if mark == payload:
+                self.read_s, self.answering = position, True
+                self._answer.set()
+                return
+        # not one of ours (or already answered): nothing was forgotten that a later answer will not cover
+
+
+class Pace:
+    """One slot holder's audio against its playback clock: the clock starts at its first audio and runs in real time,
+    paused while the stream waits for the server (its next window) or for the client's next text; the audio its
+    transport has taken must stay within ``margin_s`` of it, and so must the audio its client has read where the
+    transport can say (``receipts``: a WebSocket). A send still waiting past that gives the slot up there and then
+    (``behind``), so the slot is free for others at once, not when the slow send ends; so does a send that finds
+    the client's reading already that far behind. ``cut_off``: a stream that is cut off when it falls behind (HTTP)
+    abandons that send; else (a session, which tells its client in band) the send is finished first."""
+
+    def __init__(
+        self,
+        slots: StreamSlots,
+        holder: object,
+        margin_s: float,
+        *,
+        cut_off: bool = False,
+        receipts: ReadReceipts | None = None,
+    ) -> None:
+        self._slots, self._holder, self.margin_s, self._cut_off = slots, holder, margin_s, cut_off
+        self._receipts = receipts
+        self._read_from = receipts.sent_s if receipts is not None else 0.0  # what the connection sent before
+        self._loop = asyncio.get_running_loop()
+        self._started: float | None = None
+        self._paused_s = 0.0  # time the player would have sat dry through no fault of the client
+        self._sent_s = 0.0  # audio the transport has taken
+        self.behind = False
+
+    @property
+    def _played_to(self) -> float:
+        """When a player that started at the first audio has played everything sent (loop time)."""
+        assert self._started is not None
+        return self._started + self._paused_s + self._sent_s
+
+    def waited(self, since: float) -> None:
+        """The stream waited from ``since`` until now for the server or the client's text: the part of it its player
+        would have sat dry is not the client's lag."""
+        if self._started is None:
+            return
+        now = self._loop.time()
+        dry_from = max(since, self._played_to)
+        if now > dry_from:
+            self._paused_s += now - dry_from
+
+    @property
+    def _deadline(self) -> float:
+        """When the stream is too far behind (loop time), by what its transport took and what its client read."""
+        played_to = self._played_to
+        if self._receipts is not None and self._receipts.answering:
+            read_s = max(0.0, self._receipts.read_s - self._read_from)
+            played_to = min(played_to, self._played_to - self._sent_s + read_s)
+        return played_to + self.margin_s
+
+    def _give_up(self) -> None:
+        self.behind = True
+        self._slots.fell_behind += 1
+        self._slots.release(self._holder)
+
+    async def _room_to_send(self) -> None:
+        """Waits while ``AHEAD_OF_READ_S`` of audio is out that the client has not vouched for; gives the slot up
+        once the deadline passes first."""
+        receipts = self._receipts
+        while receipts is not None and receipts.answering and receipts.ahead_s > AHEAD_OF_READ_S:
+            timeout = self._deadline - self._loop.time()
+            if timeout <= 0:
+                self._give_up()
+                return
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(timeout):
+                    await receipts.answer()
+
+    async def send(self, sending: Awaitable[None], audio_s: float) -> None:
+        """Awaits ``sending`` (``audio_s`` of audio), once the client has vouched for all but ``AHEAD_OF_READ_S`` of
+        what went before; past the deadline the slot is given up, even while the send still waits."""
+        if self._started is None:
+            self._started = self._loop.time()
+        watched = not self.behind and math.isfinite(self._slots.ceiling)  # no slots: none to give up
+        try:
+            if watched:
+                await self._room_to_send()
+        except BaseException:
+            asyncio.ensure_future(sending).cancel()  # never started: closed unrun
+            raise
+        task = asyncio.ensure_future(sending)
+        try:
+            if watched:
+                while not self.behind and not task.done():
+                    timeout = self._deadline - self._loop.time()
+                    if timeout <= 0:
+                        self._give_up()
+                        break
+                    await asyncio.wait({task}, timeout=timeout)  # an answer may move the deadline meanwhile
+                if self.behind and self._cut_off and not task.done():
+                    task.cancel()
+                    await asyncio.gather(task, return_exceptions=True)
+                    return
+            await task
+        except BaseException:
+            task.cancel()
+            raise
+        self._sent_s += audio_s
+        if self._receipts is not None and audio_s > 0:
+            await self._receipts.sent(audio_s)

@@ -25,6 +25,11 @@ from kokoro_tts.text.text_map import TextMap
 # read (normalize.longest_number): "①①①" and "1,000,000" are numbers too.
 MAX_NUMBER_DIGITS = 100
 
+# Characters of text per second of speech at speed 1, for estimating an utterance's audio before it is made: English
+# voices read about 14-16 (the warm-up sentence, 29 characters, is about 2 s). Scripts that pack more speech into a
+# character (Mandarin) are estimated short, which only ever lets a queue hold more.
+CHARACTERS_PER_SECOND = 15.0
+
 
 @dataclass(frozen=True)
 class SpeechRequest:
@@ -50,6 +55,11 @@ class SpeechRequest:
         """Makes the spoken text now (blocking: a worker thread's job)."""
         self._prepared  # noqa: B018 -- computed and kept
         return self
+
+    @property
+    def estimated_audio_s(self) -> float:
+        """About how many seconds of audio the text makes (from its length: nothing is computed)."""
+        return len(self.sent) / (CHARACTERS_PER_SECOND * self.speed)
 
     @property
     def text(self) -> str:

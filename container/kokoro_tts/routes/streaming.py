@@ -24,6 +24,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from kokoro_tts import metrics
 from kokoro_tts.audio.encoding import OffLoopEncoder
+from kokoro_tts.engine.capacity import Pace
 from kokoro_tts.engine.requests import SpeechRequest
 from kokoro_tts.engine.scheduler import Interrupted, unless
 from kokoro_tts.engine.synthesis import AudioChunk, TTSEngine
@@ -193,7 +194,10 @@ class _Tally:
 
 class _SynthesisResponse(StreamingResponse):
     """Starlette stops the body when the client disconnects while it streams; this also ends the synthesis and
-    frees the stream's slots, however the response ends (even if it never started)."""
+    frees the stream's slots, however the response ends (even if it never started). Its client must read the audio
+    about as fast as it plays (engine/capacity.py's ``Pace``): one that falls further behind gives its stream slot
+    up and its body is cut off without its end (HTTP/1.1: the connection closes before the last chunk; HTTP/2: the
+    stream is reset), so the client sees a failed response, never a short one that looks whole."""
 
     def __init__(
         self, stream: _Stream, chunks: AsyncGenerator[AudioChunk], tally: _Tally, *args: Any, **kwargs: Any
@@ -215,6 +219,26 @@ class _SynthesisResponse(StreamingResponse):
                 await self._chunks.aclose()
             finally:
                 self._stream.release()
+
+    async def stream_response(self, send: Any) -> None:
+        await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
+        engine, loop = self._stream.engine, asyncio.get_running_loop()
+        pace, credited = Pace(engine.slots, self._stream, engine.settings.stream_lag_s, cut_off=True), 0.0
+        body = aiter(self.body_iterator)
+        while True:
+            asked = loop.time()
+            data = await anext(body, None)
+            if data is None:
+                break
+            pace.waited(asked)
+            audio_s, credited = self._tally.audio_ms / 1000.0 - credited, self._tally.audio_ms / 1000.0
+            chunk = data if isinstance(data, bytes | memoryview) else data.encode(self.charset)
+            await pace.send(send({"type": "http.response.body", "body": chunk, "more_body": True}), audio_s)
+            if pace.behind:  # its slot is given up already: end without the body's end
+                metrics.error(self._tally.route, ErrorCode.SLOW_READER)
+                log.info("an HTTP synthesis was cut off: its client fell behind its audio (slow_reader)")
+                return
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
 async def _first_chunk(request: Request, chunks: AsyncGenerator[AudioChunk]) -> AudioChunk | None:

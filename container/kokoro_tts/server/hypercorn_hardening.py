@@ -1,4 +1,4 @@
-"""Five fixes to Hypercorn 0.18 that its configuration cannot express; ``apply()`` installs them (idempotent).
+"""Nine fixes to Hypercorn 0.18 that its configuration cannot express; ``apply()`` installs them (idempotent).
 
 They replace private parts of Hypercorn, so ``apply()`` refuses any other minor release (``WRITTEN_FOR``): a new
 one must be read again first. tests/server/test_hypercorn_upstream.py runs Hypercorn bare beside Hypercorn
@@ -26,6 +26,25 @@ hardened and fails once upstream no longer has the bugs of fixes 1-3.
    aborts the connection (a reset), and the app hears that its client is gone. A client that plays what it reads
    makes room far sooner: the send waits for 48 KiB to leave (asyncio's write buffer, from its high mark to its
    low), one second of 24 kHz PCM.
+6. A client that reads slowly filled the kernel's send buffer first, which Linux grows to megabytes (``tcp_wmem``):
+   minutes of μ-law audio left "sent" before a send waited at all, so a slow reader kept its stream slot
+   (engine/capacity.py's ``Pace``) for minutes before falling behind. Each connection's send buffer is fixed at
+   ``SEND_BUFFER_BYTES``: a second of 48 kHz PCM; on a 100 ms round trip still three times the fastest audio
+   rate.
+7. An HTTP/2 response its app ends without the body's end (a slow reader's synthesis cut off: routes/streaming.py)
+   was left open: Hypercorn forgot the stream without a word, and the client waited for the rest until its own
+   timeout. The stream is reset (RST_STREAM), as HTTP/1.1's connection closes, so the client knows at once that the
+   body is not whole.
+8. An HTTP/2 response whose client opened no flow-control window was buffered without bound: each body part
+   Hypercorn took woke its sender, which found the window shut, took nothing, and counted that as the buffer having
+   drained, so the app's next send went through too. The app never waited: a slow reader's whole synthesis piled
+   up in memory, and no send ever fell behind (engine/capacity.py's ``Pace``). A send now waits while the buffer
+   holds more than its low mark, as Hypercorn means it to.
+9. A WebSocket app cannot ping nor hear pongs through ASGI, and Hypercorn drops every pong, so the server could not
+   tell what a client has read: only what its own socket took, after the client's receive buffer and ours (fix 6)
+   filled, tens of seconds of μ-law. Each accepted WebSocket's scope carries ``ReadReceipts``
+   (``scope["extensions"]["kokoro.read_receipts"]``, engine/capacity.py): its pings go out as Hypercorn's own
+   keepalive pings do, and each pong's payload is handed to it.
 """
 
 from __future__ import annotations
@@ -33,25 +52,42 @@ from __future__ import annotations
 import asyncio
 import functools
 import importlib.metadata
+import socket
 from typing import Any
 
 import hypercorn.asyncio.run
 import hypercorn.asyncio.task_group
+import hypercorn.protocol
+import hypercorn.protocol.h2
+import hypercorn.protocol.h11
 import hypercorn.protocol.ws_stream
+from h2.errors import ErrorCodes
+from h2.stream import StreamState
 from hypercorn.asyncio.tcp_server import TCPServer
 from hypercorn.events import Closed, Event, RawData
-from hypercorn.protocol.ws_stream import WebsocketBuffer
-from wsproto.events import Message
+from hypercorn.protocol.events import Event as StreamEvent
+from hypercorn.protocol.events import StreamClosed
+from hypercorn.protocol.h2 import BUFFER_LOW_WATER, H2Protocol, StreamBuffer
+from hypercorn.protocol.ws_stream import WebsocketBuffer, WSStream
+from wsproto.events import Message, Ping, Pong
 from wsproto.extensions import PerMessageDeflate
 
+from kokoro_tts.engine.capacity import READ_RECEIPTS, ReadReceipts
 from kokoro_tts.sessions.core import OVERSIZE_KEY
 
 WRITTEN_FOR = "0.18"  # the Hypercorn minor release whose private parts these fixes replace
 SEND_TIMEOUT_S = 60.0  # longest wait for a client to make room for the next bytes (read at each send)
+SEND_BUFFER_BYTES = 96 * 1024 // 2  # the kernel doubles what it is given (socket(7))
 _DEPARTURES = ("websocket.disconnect", "http.disconnect")
 
 
 class _TCPServer(TCPServer):
+    async def run(self) -> None:
+        sock = self.writer.get_extra_info("socket")
+        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER_BYTES)
+        await super().run()
+
     async def _read_data(self) -> None:
         await super()._read_data()
         await self.idle_task.stop()  # the client is gone: close now, not after keep_alive_timeout
@@ -66,6 +102,49 @@ class _TCPServer(TCPServer):
         except TimeoutError:
             self.writer.transport.abort()  # the client reads nothing: reset, and tell the app it is gone
             await self.protocol.handle(Closed())
+
+
+class _H2Protocol(H2Protocol):
+    async def stream_send(self, event: StreamEvent) -> None:
+        buffer = self.stream_buffers.get(event.stream_id) if isinstance(event, StreamClosed) else None
+        if buffer is not None and not buffer._complete:  # its app never ended the body
+            stream = self.connection.streams.get(event.stream_id)
+            if stream is not None and stream.state_machine.state in (StreamState.OPEN, StreamState.HALF_CLOSED_REMOTE):
+                self.connection.reset_stream(event.stream_id, ErrorCodes.INTERNAL_ERROR)
+                await self._flush()
+        await super().stream_send(event)
+
+
+class _StreamBuffer(StreamBuffer):
+    async def pop(self, max_length: int) -> bytes:
+        length = min(len(self.buffer), max_length)
+        data = bytes(self.buffer[:length])
+        del self.buffer[:length]
+        if len(self.buffer) < BUFFER_LOW_WATER:  # what is left, not what was taken: a shut window takes nothing
+            await self._paused.set()
+        if not self.buffer:
+            await self._is_empty.set()
+        return data
+
+
+class _ReceiptsWSStream(WSStream):
+    async def _accept(self, message: Any) -> None:
+        await super()._accept(message)
+        receipts = ReadReceipts(self._ping)
+        self.scope["extensions"][READ_RECEIPTS] = receipts  # type: ignore[assignment]
+        parsed = self.connection.events
+
+        def noting_pongs() -> Any:
+            for event in parsed():
+                if isinstance(event, Pong):
+                    receipts.answered(bytes(event.payload))
+                yield event
+
+        self.connection.events = noting_pongs  # type: ignore[method-assign]
+
+    async def _ping(self, payload: bytes) -> None:
+        if not self.closed:
+            await self._send_wsproto_event(Ping(payload=payload))
 
 
 class _DeclinedDeflate(PerMessageDeflate):
@@ -150,4 +229,8 @@ def apply() -> None:
     hypercorn.protocol.ws_stream.WebsocketBuffer = _CappedBuffer  # type: ignore[misc]
     hypercorn.asyncio.run.TCPServer = _TCPServer  # type: ignore[misc]
     hypercorn.protocol.ws_stream.PerMessageDeflate = _DeclinedDeflate  # type: ignore[misc]
+    hypercorn.protocol.h11.WSStream = _ReceiptsWSStream  # type: ignore[misc]
+    hypercorn.protocol.h2.WSStream = _ReceiptsWSStream  # type: ignore[misc]
     hypercorn.asyncio.task_group.TaskGroup.spawn_app = _spawn_app  # type: ignore[method-assign]
+    hypercorn.protocol.H2Protocol = _H2Protocol  # type: ignore[misc]
+    hypercorn.protocol.h2.StreamBuffer = _StreamBuffer  # type: ignore[misc]

@@ -28,6 +28,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from kokoro_tts import metrics
 from kokoro_tts.audio.encoding import AudioFormat, off_loop_encoder
+from kokoro_tts.engine.capacity import READ_RECEIPTS, Pace, fell_behind
 from kokoro_tts.engine.requests import SpeechRequest
 from kokoro_tts.engine.scheduler import Interrupted, unless
 from kokoro_tts.engine.synthesis import TTSEngine
@@ -60,6 +61,11 @@ class Pieces:
         self._open = True
         self._changed = asyncio.Event()
         self.waiting_chars = 0  # text of the pieces not yet taken: what a dialect caps
+
+    @property
+    def estimated_audio_s(self) -> float:
+        """About how much audio the pieces not yet taken make (from their text: nothing is computed)."""
+        return sum(piece.request.estimated_audio_s for piece in self._waiting)
 
     @classmethod
     def whole(cls, request: SpeechRequest) -> Pieces:
@@ -190,7 +196,10 @@ class Session:
         self._closed = False  # the server has sent its close: nothing more can reach the client
 
         self._draining = False
-        self._has_spoken = False  # once true, the session goes ahead of newcomers for a stream slot
+        # Until when (loop time) the session goes ahead of newcomers for a stream slot: a reply's next sentence,
+        # shortly after it gave its slot back; never once it has fallen behind (engine/capacity.py).
+        self._returning_until = 0.0
+        self._pace: Pace | None = None  # while the session holds a stream slot: its client must keep up
         # When the audio sent so far will have finished playing (loop time): a sentence queued while earlier ones
         # still play is not needed now, so it yields to other clients' first audio (HTTP batch replies included,
         # which would otherwise wait behind every sentence of every session and time out).
@@ -242,7 +251,17 @@ class Session:
     # --- what a dialect does -----------------------------------------------------------------------------------
 
     def enqueue(self, utterance: Utterance) -> None:
-        """Queues ``utterance`` to be spoken after those before it (the dialect checks the caps first)."""
+        """Queues ``utterance`` to be spoken after those before it (the dialect checks the count cap first);
+        ``queue_full`` when it would take the queue past its seconds of audio (estimated from the text), so one
+        session cannot reserve an hour of a stream slot. An empty queue takes any utterance."""
+        queued_s = sum(u.pieces.estimated_audio_s for u in self._queue)
+        limit = self.settings.max_queued_audio_s
+        if self._queue and queued_s + utterance.pieces.estimated_audio_s > limit:
+            raise TTSError(
+                ErrorCode.QUEUE_FULL,
+                f"About {queued_s:.0f} s of audio is already queued and this would take it past {limit:g} s; "
+                "wait for what is queued to be spoken before sending more.",
+            )
         self._queue.append(utterance)
         self._wakeup.set()
 
@@ -383,13 +402,17 @@ class Session:
     async def _idle(self) -> None:
         """Waits for the next utterance. A session holding a stream slot gives it back once its audio has played
         out with nothing queued; the next sentence of a reply, which comes while the last one plays, keeps it."""
-        slots = self.engine.slots
+        slots, pace, since = self.engine.slots, self._pace, asyncio.get_running_loop().time()
         if slots.holds(self):
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout_at(self._played_until):
                     await self._wakeup.wait()
+                    if pace is not None:
+                        pace.waited(since)  # waiting for the client's text is not reading slowly
                     return
             slots.release(self)
+            self._returning_until = self._played_until + self.settings.stream_lag_s
+        self._pace = None
         await self._wakeup.wait()
 
     async def _admitted(self, utterance: Utterance) -> bool:
@@ -397,39 +420,52 @@ class Session:
         (engine/capacity.py; a cancel stops the wait). Refused with ``server_busy`` past the bounded wait, or when
         too many utterances server-wide wait for their first audio."""
         slots = self.engine.slots
-        if slots.try_acquire(self, returning=self._has_spoken):
-            return True
-        try:
-            with self.engine.waiting.hold():
-                await _unless_stopped(
-                    slots.acquire(self, self.settings.max_first_audio_wait_s, returning=self._has_spoken), utterance
-                )
-        except TTSError as error:
-            await self.dialect.refused(error, utterance.id)
-            return False
+        returning = asyncio.get_running_loop().time() < self._returning_until
+        if not slots.try_acquire(self, returning=returning):
+            try:
+                with self.engine.waiting.hold():
+                    await _unless_stopped(
+                        slots.acquire(self, self.settings.max_first_audio_wait_s, returning=returning), utterance
+                    )
+            except TTSError as error:
+                await self.dialect.refused(error, utterance.id)
+                return False
+        if self._pace is None or self._pace.behind:
+            receipts = self._ws.scope.get("extensions", {}).get(READ_RECEIPTS)  # None where the server has none
+            self._pace = Pace(slots, self, self.settings.stream_lag_s, receipts=receipts)
         return True
 
     async def _next_piece(self, utterance: Utterance) -> Piece | None:
         """The utterance's next piece, None once it has ended or is cancelled. While the client is still writing it,
         the session keeps its stream slot until its audio has played out, as between utterances (``_idle``)."""
-        pieces, slots = utterance.pieces, self.engine.slots
+        pieces, slots, pace = utterance.pieces, self.engine.slots, self._pace
         if not pieces.ready and slots.holds(self):
+            since = asyncio.get_running_loop().time()
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout_at(self._played_until):
-                    return await _unless_stopped(pieces.next(), utterance)
+                    piece = await _unless_stopped(pieces.next(), utterance)
+                    if pace is not None:
+                        pace.waited(since)  # waiting for the client's text is not reading slowly
+                    return piece
             slots.release(self)
+            self._returning_until = self._played_until + self.settings.stream_lag_s
+            self._pace = None
         return await _unless_stopped(pieces.next(), utterance)
 
     async def _speak_one_counted(self, utterance: Utterance) -> None:
         encoder = off_loop_encoder(utterance.format, utterance.sample_rate)
         sent_bytes, audio_ms, synth_ms, started, first_audio_s = 0, 0.0, 0.0, False, None
         loop = asyncio.get_running_loop()
+        pace: Pace | None = None
         while not utterance.cancelled and (piece := await self._next_piece(utterance)) is not None:
             if not await self._admitted(utterance):
                 return
+            pace = self._pace
+            assert pace is not None
             piece_start_ms = audio_ms  # the piece's words are timed from its own start, and index its own text
             async with aclosing(self.engine.stream(piece.request, due=self._played_until)) as stream:
-                while not utterance.cancelled:
+                while not utterance.cancelled and not pace.behind:
+                    asked = loop.time()
                     try:
                         if started:
                             chunk = await _unless_stopped(anext(stream, None), utterance)
@@ -447,22 +483,30 @@ class Session:
                         return
                     if chunk is None or utterance.cancelled:
                         break
+                    pace.waited(asked)
                     if not started:
-                        self._has_spoken = True
                         first_audio_s = time.perf_counter() - utterance.received
                         metrics.first_audio(self.route, first_audio_s)
-                        await self.dialect.started(utterance)
+                        await pace.send(self.dialect.started(utterance), 0.0)
                         started = True
                     if utterance.word_timestamps and chunk.words:
-                        await self.dialect.words(utterance, _shifted(chunk.words, piece_start_ms, piece.start))
+                        words = _shifted(chunk.words, piece_start_ms, piece.start)
+                        await pace.send(self.dialect.words(utterance, words), 0.0)
                     data = await encoder.encode(chunk.pcm)
                     if data:
-                        await self.dialect.audio(utterance, data)
+                        await pace.send(self.dialect.audio(utterance, data), chunk.audio_ms / 1000.0)
                     self._played_until = max(self._played_until, loop.time()) + chunk.audio_ms / 1000.0
                     sent_bytes += len(data)
                     audio_ms += chunk.audio_ms
                     synth_ms += chunk.synth_ms
+            if pace.behind:
+                break
         metrics.audio_sent(self.route, audio_ms)
+        if pace is not None and pace.behind:  # its slot is given up already: its next utterance waits as a newcomer
+            self._returning_until = 0.0
+            log.info("utterance %s stopped: its client fell behind its audio (slow_reader)", utterance.id)
+            await self.dialect.refused(fell_behind(pace.margin_s), utterance.id)
+            return
         if utterance.cancelled:
             metrics.utterance_cancelled(self.route)
             await self.dialect.stopped(utterance)

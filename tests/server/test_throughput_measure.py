@@ -1,0 +1,121 @@
+"""The throughput that sizes the stream slots (engine/capacity.py) cannot be talked down: it is the fastest of
+several rounds, so a flood of requests answered not_ready while a server warms up (or a busy neighbour) leaves it
+within 20 % of a quiet measurement; and it is taken again while the engine is idle, with /metrics saying when and
+how it moved. Real model; the flood hits a real Hypercorn serving an app that is still loading."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+from collections.abc import Iterator
+
+import pytest
+from hypercorn.asyncio import serve
+from kokoro_tts.engine.capacity import MEASURED, StreamSlots
+from kokoro_tts.engine.synthesis import TTSEngine
+from kokoro_tts.server.app import create_app
+from kokoro_tts.server.serve import hypercorn_config
+from kokoro_tts.settings import Settings
+from support.eventually import eventually
+from support.idle import wait_idle
+from support.inproc_server import RunningServer
+
+from scripts.servers import free_port
+
+CONNECTIONS = 16
+NOT_READY = (
+    b'POST /invocations HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 12\r\n\r\n{"text":"a"}'
+)
+
+
+def throughput(measured: tuple[float, float]) -> float:
+    audio_s, wall_s = measured
+    return audio_s / wall_s
+
+
+@pytest.fixture
+def loading_server(model_dir: object) -> Iterator[int]:
+    """A real Hypercorn whose app never finishes loading: every synthesis is answered 503 not_ready."""
+    loaded = threading.Event()
+
+    def never(settings: Settings) -> TTSEngine:
+        loaded.wait()
+        raise RuntimeError("test over")
+
+    port, stop = free_port(), threading.Event()
+
+    async def run() -> None:
+        loop = asyncio.get_running_loop()
+        config = hypercorn_config("127.0.0.1", port)
+        await serve(
+            create_app(Settings(), load_engine=never),
+            config,
+            shutdown_trigger=lambda: loop.run_in_executor(None, stop.wait),
+        )  # type: ignore[arg-type]
+
+    thread = threading.Thread(target=asyncio.run, args=(run(),), daemon=True)
+    thread.start()
+    yield port
+    loaded.set()
+    stop.set()
+    thread.join(timeout=30)
+
+
+def flood(port: int, until: threading.Event, answered: list[int]) -> None:
+    """One connection sending not-ready requests pipelined, eight at a time, until ``until`` is set."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        while not until.is_set():
+            sock.sendall(NOT_READY * 8)
+            got = b""
+            while got.count(b"HTTP/1.1 503") < 8:
+                part = sock.recv(65536)
+                if not part:
+                    return
+                got += part
+            answered.append(8)
+
+
+async def test_a_flood_of_not_ready_requests_moves_the_measurement_less_than_a_fifth(
+    server: RunningServer, loading_server: int
+) -> None:
+    engine = server.engine
+    await wait_idle(engine, 60)
+    quiet = throughput(await asyncio.to_thread(engine.measure_throughput))
+    until, answered = threading.Event(), list[int]()
+    floods = [threading.Thread(target=flood, args=(loading_server, until, answered)) for _ in range(CONNECTIONS)]
+    for thread in floods:
+        thread.start()
+    try:
+        await eventually(lambda: sum(answered) >= 100, "the flood is answered not_ready", 30)
+        flooded = throughput(await asyncio.to_thread(engine.measure_throughput))
+    finally:
+        until.set()
+        for thread in floods:
+            thread.join(timeout=30)
+    assert sum(answered) > 200  # it went on all through the measurement
+    assert abs(flooded - quiet) <= 0.2 * quiet, (quiet, flooded)
+
+
+@pytest.fixture
+def measured_slots(server: RunningServer) -> Iterator[StreamSlots]:
+    engine = server.engine
+    asyncio.run(wait_idle(engine, 60))
+    unlimited, engine.slots = engine.slots, StreamSlots(MEASURED)
+    try:
+        yield engine.slots
+    finally:
+        engine.slots = unlimited
+
+
+async def test_an_idle_engine_takes_the_measurement_again(server: RunningServer, measured_slots: StreamSlots) -> None:
+    measured_slots.measured(audio_s=1.0, wall_s=100.0)  # a warm-up that went badly wrong: 0.01 s per second
+    taken = measured_slots.measured_at
+    recheck = asyncio.create_task(server.engine.recheck_while_idle(idle_s=0.1))
+    try:
+        await eventually(lambda: measured_slots.measurements >= 2, "a re-check while idle", 120)
+    finally:
+        recheck.cancel()
+        await asyncio.gather(recheck, return_exceptions=True)
+    assert measured_slots.first_throughput == 0.01
+    assert measured_slots.throughput > 0.1 and measured_slots.measured_at > taken
