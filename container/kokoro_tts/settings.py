@@ -50,12 +50,12 @@ class Settings:
     # Pace): one that falls further behind its playback clock gives the slot up and is told slow_reader. Also how
     # long after giving its slot back a session's next utterance still goes ahead of newcomers (a reply's next
     # sentence), so that priority never lasts.
-    stream_lag_s: float = _setting(
+    stream_lag_s: float = setting(
         "KOKORO_STREAM_LAG_S", 3.0, "seconds a stream's client may fall behind its audio's playback, keeping its slot"
     )
     # Estimated from the text (engine/requests.py), so one session cannot reserve an hour of a slot with 32 long
     # utterances; an utterance into an empty queue is always taken (the text cap bounds it).
-    max_queued_audio_s: float = _setting(
+    max_queued_audio_s: float = setting(
         "KOKORO_MAX_QUEUED_AUDIO_S", 300.0, "seconds of audio one WebSocket session may have queued (estimated)"
     )
     # Each holds a scheduler slot until its last chunk.
