@@ -139,8 +139,9 @@ async def test_a_ws_client_reading_a_fifth_of_real_time_through_big_buffers_is_c
         await reading
         assert one_stream.fell_behind == 1
         # By what its socket took alone, about a minute: the sockets hold ~220 KB and its library 16 frames more,
-        # ~45 s of μ-law. By its answers, its library's 16 frames (~1 s each) and the margins: ~20 s.
-        assert caught_s < 35, caught_s
+        # ~45 s of μ-law. By its answers, its library's 16 frames (~1 s each) and the margins: ~20 s (over 35 s once
+        # on a loaded 2-core machine: the frames' pace is synthesis's).
+        assert caught_s < 45, caught_s
         frames = await frames_to_the_end(slow, "slow")  # it reads on at full speed: all it was sent, then told
         assert frames[-1]["type"] == "error" and frames[-1]["code"] == "slow_reader", frames[-1]
     await eventually(lambda: not one_stream.count, "every slot given back", 30)
