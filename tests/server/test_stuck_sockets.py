@@ -166,13 +166,14 @@ async def test_a_client_that_reads_nothing_is_dropped_after_the_send_timeout(
 
 
 def read_audio_at_playback_pace(port: int, text: str) -> tuple[int, str]:
-    """A session client that reads as a player would (one second of 24 kHz PCM a second, in quarter seconds);
-    returns the bytes read and how it ended ("complete" when synthesis_complete came)."""
+    """A session client that reads as a player would: from its first bytes, no more than the 24 kHz PCM played so
+    far and half a second ahead (its jitter buffer), a quarter second at a time; returns the bytes read and how
+    it ended ("complete" when synthesis_complete came). It answers no ping, so the server judges it by its socket."""
     sock = _open_websocket(port, "/invocations-bidirectional-stream", small_buffer=False)
     sock.sendall(_masked_text_frame(json.dumps({"text": text}).encode()))
     received, deadline = bytearray(), time.monotonic() + 180
     sock.settimeout(60)
-    ended = "deadline"
+    ended, began = "deadline", 0.0
     try:
         while time.monotonic() < deadline:
             chunk = sock.recv(12_000)
@@ -183,7 +184,9 @@ def read_audio_at_playback_pace(port: int, text: str) -> tuple[int, str]:
             if b'"synthesis_complete"' in received[-4096:]:
                 ended = "complete"
                 break
-            time.sleep(0.25)
+            began = began or time.monotonic()
+            played_s = time.monotonic() - began
+            time.sleep(max(0.0, len(received) / (24_000 * 2) - 0.5 - played_s))
     except OSError as error:
         ended = repr(error)
     finally:

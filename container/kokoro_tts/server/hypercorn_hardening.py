@@ -23,9 +23,9 @@ hardened and fails once upstream no longer has the bugs of fixes 1-3.
    after it is dropped (no one is left to answer).
 5. A client that stays connected but reads nothing held its connection (and its session slot) for as long as TCP
    kept it open: every send waits for room in the socket. A send that finds no room for ``SEND_TIMEOUT_S``
-   aborts the connection (a reset), and the app hears that its client is gone. A client that plays what it reads
-   makes room far sooner: the send waits for 48 KiB to leave (asyncio's write buffer, from its high mark to its
-   low), one second of 24 kHz PCM.
+   (not a byte taken in that time) aborts the connection (a reset), and the app hears that its client is gone. A
+   client that reads, however slowly, makes room: a big message read at playback pace may take longer than that
+   (fix 6 keeps the socket's buffer small), and one reading slower than its audio plays is ``Pace``'s to judge.
 6. A client that reads slowly filled the kernel's send buffer first, which Linux grows to megabytes (``tcp_wmem``):
    minutes of μ-law audio left "sent" before a send waited at all, so a slow reader kept its stream slot
    (engine/capacity.py's ``Pace``) for minutes before falling behind. Each connection's send buffer is fixed at
@@ -96,12 +96,22 @@ class _TCPServer(TCPServer):
         if not isinstance(event, RawData):
             await super().protocol_send(event)
             return
+        transport = self.writer.transport
+        sending = asyncio.ensure_future(super().protocol_send(event))
         try:
-            async with asyncio.timeout(SEND_TIMEOUT_S):
-                await super().protocol_send(event)
-        except TimeoutError:
-            self.writer.transport.abort()  # the client reads nothing: reset, and tell the app it is gone
-            await self.protocol.handle(Closed())
+            await asyncio.sleep(0)  # the write is made: what is left waits in the buffer
+            left = transport.get_write_buffer_size()
+            while not (await asyncio.wait({sending}, timeout=SEND_TIMEOUT_S))[0]:
+                if transport.get_write_buffer_size() >= left:  # not a byte taken in all that time
+                    sending.cancel()
+                    await asyncio.gather(sending, return_exceptions=True)
+                    transport.abort()  # the client reads nothing: reset, and tell the app it is gone
+                    await self.protocol.handle(Closed())
+                    return
+                left = transport.get_write_buffer_size()
+            await sending
+        finally:
+            sending.cancel()
 
 
 class _H2Protocol(H2Protocol):
