@@ -1,7 +1,8 @@
 """The throughput that sizes the stream slots (engine/capacity.py) cannot be talked down: it is the fastest of
-several rounds, so a flood of requests answered not_ready while a server warms up (or a busy neighbour) leaves it
-within 20 % of a quiet measurement; and it is taken again while the engine is idle, with /metrics saying when and
-how it moved. Real model; the flood hits a real Hypercorn serving an app that is still loading."""
+several rounds (a busy neighbour only slows some), and a request answered not_ready while the server warms up is
+held a moment (routes/errors.py), so a flood of them leaves it within 20 % of a quiet measurement; and it is taken
+again while the engine is idle, with /metrics saying when and how it moved. Real model; the flood hits a real
+Hypercorn serving an app that is still loading."""
 
 from __future__ import annotations
 
@@ -63,22 +64,25 @@ def loading_server(model_dir: object) -> Iterator[int]:
 
 
 def flood(port: int, until: threading.Event, answered: list[int]) -> None:
-    """One connection sending not-ready requests pipelined, eight at a time, until ``until`` is set."""
+    """One connection sending not-ready requests pipelined, eight at a time, until ``until`` is set; each answer
+    adds a 1 to ``answered``."""
     with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
         while not until.is_set():
             sock.sendall(NOT_READY * 8)
-            got = b""
-            while got.count(b"HTTP/1.1 503") < 8:
+            got = 0
+            while got < 8:
                 part = sock.recv(65536)
                 if not part:
                     return
-                got += part
-            answered.append(8)
+                got += part.count(b"HTTP/1.1 503")
+                answered.extend([1] * part.count(b"HTTP/1.1 503"))
 
 
 async def test_a_flood_of_not_ready_requests_moves_the_measurement_less_than_a_fifth(
     server: RunningServer, loading_server: int
 ) -> None:
+    """The flood is answered all through the measurement (each answer held, so it costs the server little); the
+    measurement is within 20 % of a quiet one taken just before."""
     engine = server.engine
     await wait_idle(engine, 60)
     quiet = throughput(await asyncio.to_thread(engine.measure_throughput))
@@ -87,13 +91,15 @@ async def test_a_flood_of_not_ready_requests_moves_the_measurement_less_than_a_f
     for thread in floods:
         thread.start()
     try:
-        await eventually(lambda: sum(answered) >= 100, "the flood is answered not_ready", 30)
+        await eventually(lambda: len(answered) >= CONNECTIONS, "the flood is answered not_ready", 30)
+        before = len(answered)
         flooded = throughput(await asyncio.to_thread(engine.measure_throughput))
+        during = len(answered) - before
     finally:
         until.set()
         for thread in floods:
             thread.join(timeout=30)
-    assert sum(answered) > 200  # it went on all through the measurement
+    assert during >= CONNECTIONS  # it went on all through the measurement
     assert abs(flooded - quiet) <= 0.2 * quiet, (quiet, flooded)
 
 

@@ -7,7 +7,9 @@ OpenAI's SDKs answer in OpenAI's error shape; the others in ours (docs/protocol.
 
 from __future__ import annotations
 
-from kokoro_client.errors import TTSError
+import asyncio
+
+from kokoro_client.errors import ErrorCode, TTSError
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -18,12 +20,19 @@ from kokoro_tts.routes.streaming import GONE, ClientGone, error_response
 
 # Kokoro-FastAPI's captioned route takes OpenAI's body, so it answers in OpenAI's shape too.
 _OPENAI_SHAPED = ("/v1/", CAPTIONED_PATH)
+# While the model loads, "retry later" answered at once invites a client that retries without a pause (or a flood)
+# to spin the event loop through the warm-up, whose throughput measurement sizes the stream slots for the life of
+# the process: each not_ready answer is held this long, which paces such a client at no cost (issue 41: 16
+# pipelined connections took 38 % off the measurement on 2 cores), and is far inside any client's timeout.
+NOT_READY_HOLD_S = 1.0
 
 
 async def refused(request: Request, error: Exception) -> Response:
     assert isinstance(error, TTSError)  # registered for TTSError only
     path = request.url.path
     metrics.error(metrics.route_of(path), error.code)
+    if error.code == ErrorCode.NOT_READY:
+        await asyncio.sleep(NOT_READY_HOLD_S)
     if path.startswith(_OPENAI_SHAPED):
         return openai.error_response(error)
     return error_response(error)

@@ -58,6 +58,7 @@ def create_app(
             return
         engine: TTSEngine | None = websocket.app.state.engine
         if engine is None:
+            await asyncio.sleep(errors.NOT_READY_HOLD_S)  # as an HTTP not_ready is held
             await websocket.close(code=CLOSE_TRY_AGAIN_LATER, reason="model loading; retry when GET /ping answers 200")
             return
         try:
