@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from kokoro_tts.sessions import core
 from kokoro_tts.weights.layout import WeightLayout
 
 from scripts.weights.derive import derive_torch
@@ -15,3 +16,10 @@ def torch_layout(model_dir: Path) -> WeightLayout:
     """The weight layout with the torch weights derived from the ONNX export, as `make weights` leaves it."""
     derive_torch(model_dir)  # a no-op when the manifest lists the file
     return WeightLayout(model_dir)
+
+
+@pytest.fixture
+def frame_per_window(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Sessions send each vocoder window as one binary frame, not cut into half seconds, for tests that count the
+    engine's windows by the frames they hear."""
+    monkeypatch.setattr(core, "FRAME_SAMPLES", 10**9)

@@ -160,7 +160,9 @@ async def test_timestamps_are_monotonic_cover_the_audio_and_point_into_the_sent_
         elapsed += piece_ms
 
 
-async def test_windowing_off_gives_the_same_words_with_whole_chunks(server: RunningServer) -> None:
+async def test_windowing_off_gives_the_same_words_with_whole_chunks(
+    server: RunningServer, frame_per_window: None
+) -> None:
     """KOKORO_WINDOWED=0 runs the same stages on whole chunks (backends/onnx.py): the same durations, so the
     same words at the same times, one audio frame per chunk."""
     text = "Hello there, friend. How are you today?"

@@ -147,7 +147,9 @@ async def test_disconnect_mid_utterance_stops_its_synthesis(server: RunningServe
     await assert_synthesis_stopped(scheduler, started)
 
 
-async def test_a_new_utterance_is_not_stuck_behind_other_sessions_long_replies(server: RunningServer) -> None:
+async def test_a_new_utterance_is_not_stuck_behind_other_sessions_long_replies(
+    server: RunningServer, frame_per_window: None
+) -> None:
     long_text = " ".join(f"Sentence {n} of a reply that goes on for quite a while." for n in range(1, 13))
     async with connect(server.ws_url) as long_a, connect(server.ws_url) as long_b, connect(server.ws_url) as short:
         for ws in (long_a, long_b):

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import time
 from collections import deque
@@ -21,6 +22,7 @@ from contextlib import aclosing
 from dataclasses import dataclass, field, replace
 from typing import Final, Protocol
 
+from kokoro_client.audio import SAMPLE_RATE
 from kokoro_client.errors import INTERNAL_ERROR_MESSAGE, ErrorCode, TTSError
 from kokoro_client.logs import bind_ids
 from kokoro_client.protocol import CLOSE_GOING_AWAY, CLOSE_NORMAL, WordTiming
@@ -37,6 +39,11 @@ from kokoro_tts.settings import Settings
 # The ASGI receive message key the server sets (server/hypercorn_hardening.py) on a frame over the size limit
 # it dropped: the session answers message_too_large and goes on.
 OVERSIZE_KEY = "kokoro.oversize_bytes"
+# The most audio one binary frame carries. A client's WebSocket library answers the server's pings only once it has
+# parsed the frames before them, but it parses up to a queue of whole messages ahead of its reader (Python
+# ``websockets``: 16), so its answers vouch for that many frames it has not read (engine/capacity.py's
+# ``ReadReceipts``): short frames keep that to seconds, where whole vocoder windows made it over a minute.
+FRAME_SAMPLES = SAMPLE_RATE // 2
 
 log = logging.getLogger(__name__)  # every dialect's session lines
 
@@ -489,14 +496,22 @@ class Session:
                         metrics.first_audio(self.route, first_audio_s)
                         await pace.send(self.dialect.started(utterance), 0.0)
                         started = True
-                    if utterance.word_timestamps and chunk.words:
-                        words = _shifted(chunk.words, piece_start_ms, piece.start)
-                        await pace.send(self.dialect.words(utterance, words), 0.0)
-                    data = await encoder.encode(chunk.pcm)
-                    if data:
-                        await pace.send(self.dialect.audio(utterance, data), chunk.audio_ms / 1000.0)
+                    words = _shifted(chunk.words, piece_start_ms, piece.start) if utterance.word_timestamps else ()
+                    for offset in range(0, chunk.pcm.size, FRAME_SAMPLES):
+                        pcm = chunk.pcm[offset : offset + FRAME_SAMPLES]
+                        ends_ms = audio_ms + 1000.0 * (offset + pcm.size) / SAMPLE_RATE
+                        last = offset + pcm.size >= chunk.pcm.size
+                        due = words if last else _starting_before(words, ends_ms)
+                        if due:  # the words whose audio starts in the frame that comes next
+                            words = words[len(due) :]
+                            await pace.send(self.dialect.words(utterance, due), 0.0)
+                        data = await encoder.encode(pcm)
+                        if data:
+                            await pace.send(self.dialect.audio(utterance, data), pcm.size / SAMPLE_RATE)
+                        sent_bytes += len(data)
+                        if utterance.cancelled or pace.behind:
+                            break
                     self._played_until = max(self._played_until, loop.time()) + chunk.audio_ms / 1000.0
-                    sent_bytes += len(data)
                     audio_ms += chunk.audio_ms
                     synth_ms += chunk.synth_ms
             if pace.behind:
@@ -537,6 +552,11 @@ async def _unless_stopped[T](step: Awaitable[T], utterance: Utterance) -> T | No
         return await unless(step, utterance.stopping.wait())
     except Interrupted:
         return None
+
+
+def _starting_before(words: tuple[WordTiming, ...], ms: float) -> tuple[WordTiming, ...]:
+    """The first of ``words`` (in order of their start) that start before ``ms``."""
+    return tuple(itertools.takewhile(lambda w: w.start_ms < ms, words))
 
 
 def _shifted(words: tuple[WordTiming, ...], ms: float, chars: int) -> tuple[WordTiming, ...]:
