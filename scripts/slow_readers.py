@@ -23,7 +23,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kokoro_client import protocol
 from kokoro_client.local_ws import ws_url
+from kokoro_client.protocol import Cancel, Cancelled, Config, Error, SynthesisComplete, Synthesize
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
@@ -76,33 +78,34 @@ async def honest_first_audio(url: str, within_s: float) -> float | None:
     """An honest session's first audio (s after its text left), or None if refused; it then hangs up."""
     async with connect(url) as ws:
         sent = time.monotonic()
-        await ws.send(json.dumps({"type": "synthesize", "id": "honest", "text": HONEST}))
+        await ws.send(protocol.encode(Synthesize(HONEST, "honest")))
         async with asyncio.timeout(within_s + 60):
             while True:
                 message = await ws.recv()
                 if isinstance(message, bytes):
                     return time.monotonic() - sent
-                frame = json.loads(message)
-                if frame["type"] == "error":
+                if isinstance(protocol.parse_server_frame(message), Error):
                     return None
 
 
 async def ws_slow_reader(url: str, stop: asyncio.Event, ends: Counter[str]) -> int:
     """One slow session; returns how many of its utterances ended without a frame."""
     async with connect(url, max_queue=1) as ws:
-        await ws.send(json.dumps({"type": "config", "format": "mulaw"}))
+        await ws.send(protocol.encode(Config(format="mulaw")))
         ids = {f"s{n}" for n in range(QUEUED)}
         for utterance_id in sorted(ids):
-            await ws.send(json.dumps({"type": "synthesize", "id": utterance_id, "text": LONG}))
+            await ws.send(protocol.encode(Synthesize(LONG, utterance_id)))
         ended: set[str] = set()
 
         def note(message: str | bytes) -> None:
-            if isinstance(message, str):
-                frame = json.loads(message)
-                kind = {"error": f"error {frame.get('code')}"}.get(frame["type"], frame["type"])
-                if frame.get("id") in ids and frame["type"] in ("synthesis_complete", "error", "cancelled"):
-                    ended.add(frame["id"])
-                    ends[kind] += 1
+            frame = protocol.parse_server_frame(message) if isinstance(message, str) else None
+            if isinstance(frame, SynthesisComplete | Cancelled | Error) and frame.id in ids:
+                assert frame.id is not None
+                ended.add(frame.id)
+                if isinstance(frame, Error):
+                    ends[f"error {frame.code}"] += 1
+                else:
+                    ends["synthesis_complete" if isinstance(frame, SynthesisComplete) else "cancelled"] += 1
 
         while not stop.is_set():
             try:  # once caught with nothing left queued, nothing more comes until it sends
@@ -112,7 +115,7 @@ async def ws_slow_reader(url: str, stop: asyncio.Event, ends: Counter[str]) -> i
                 continue
             note(message)
             await asyncio.sleep(len(message) / WS_READ_BPS)
-        await ws.send(json.dumps({"type": "cancel"}))
+        await ws.send(protocol.encode(Cancel()))
         try:
             async with asyncio.timeout(DRAIN_S):
                 while ended != ids:

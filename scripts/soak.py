@@ -41,9 +41,19 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from kokoro_client import deepgram, protocol
 from kokoro_client.deepgram import SPEAK_PATH
 from kokoro_client.local_ws import ws_url
-from kokoro_client.protocol import PING_PATH, WS_PATH
+from kokoro_client.protocol import (
+    PING_PATH,
+    WS_PATH,
+    Cancel,
+    Cancelled,
+    Close,
+    Error,
+    SynthesisComplete,
+    Synthesize,
+)
 from kokoro_tts.audio.encoding import ENCODING_THREADS
 from kokoro_tts.engine.capacity import UNLIMITED
 from kokoro_tts.engine.synthesis import TEXT_THREADS
@@ -299,9 +309,9 @@ class Soak:
         async def one(index: int) -> None:
             ws = await connect(self.ws_url)
             for i in range(8):
-                await ws.send(json.dumps({"text": SENTENCE, "id": f"v{index}-{i}"}))
+                await ws.send(protocol.encode(Synthesize(SENTENCE, f"v{index}-{i}")))
             if index % 2:
-                await ws.send(json.dumps({"type": "close"}))
+                await ws.send(protocol.encode(Close()))
             await asyncio.sleep(0.2)
             ws.transport.abort()
 
@@ -314,8 +324,8 @@ class Soak:
         async with connect(self.ws_url, compression="deflate", max_size=None) as ws:
             assert not ws.protocol.extensions, "permessage-deflate must be declined"
             await ws.send("x" * (5 * 1024 * 1024))
-            frame = json.loads(await asyncio.wait_for(ws.recv(), 30))
-            assert frame.get("code") == "message_too_large", frame
+            frame = protocol.parse_server_frame(await asyncio.wait_for(ws.recv(), 30))
+            assert isinstance(frame, Error) and frame.code == "message_too_large", frame
         slow = []
         for _ in range(slow_bodies):
             sock = socket.create_connection((self.host, self.port))
@@ -340,18 +350,18 @@ class Soak:
             async with connect(self.ws_url) as ws:
                 ids = [f"s{index}-{i}" for i in range(4)]
                 for utterance_id in ids:
-                    await ws.send(json.dumps({"text": SENTENCE, "id": utterance_id}))
+                    await ws.send(protocol.encode(Synthesize(SENTENCE, utterance_id)))
                 if index % 2:
-                    await ws.send(json.dumps({"type": "cancel", "id": ids[-1]}))
-                await ws.send(json.dumps({"type": "close"}))
+                    await ws.send(protocol.encode(Cancel(ids[-1])))
+                await ws.send(protocol.encode(Close()))
                 pending = set(ids)
                 try:
                     async for message in ws:
                         if isinstance(message, str):
-                            frame = json.loads(message)
-                            if frame["type"] in ("synthesis_complete", "cancelled", "error") and frame.get("id"):
-                                pending.discard(frame["id"])
-                                ends[frame["type"] if frame["type"] != "error" else f"error:{frame['code']}"] += 1
+                            frame = protocol.parse_server_frame(message)
+                            if isinstance(frame, SynthesisComplete | Cancelled | Error) and frame.id:
+                                pending.discard(frame.id)
+                                ends[_end_name(frame)] += 1
                 except ConnectionClosed:
                     pass
                 ends["lost"] += len(pending)
@@ -394,11 +404,13 @@ class Soak:
         """ "spoken" if a new session speaks "Hello.", else what it answered."""
         try:
             async with asyncio.timeout(60), connect(self.ws_url) as ws:
-                await ws.send(json.dumps({"text": "Hello.", "id": "after-stuck"}))
+                await ws.send(protocol.encode(Synthesize("Hello.", "after-stuck")))
                 async for message in ws:
-                    if isinstance(message, str) and json.loads(message)["type"] in ("synthesis_complete", "error"):
-                        frame = json.loads(message)
-                        return "spoken" if frame["type"] == "synthesis_complete" else f"error {frame.get('code')}"
+                    frame = protocol.parse_server_frame(message) if isinstance(message, str) else None
+                    if isinstance(frame, SynthesisComplete):
+                        return "spoken"
+                    if isinstance(frame, Error):
+                        return f"error {frame.code}"
         except ConnectionClosed as closed:
             return f"closed {closed.rcvd.code if closed.rcvd else None}: {closed.rcvd.reason if closed.rcvd else ''}"
         except TimeoutError:
@@ -409,13 +421,13 @@ class Soak:
         url = ws_url(self.base).replace(WS_PATH, SPEAK_PATH)
         try:
             async with asyncio.timeout(60), connect(url) as ws:
-                await ws.send(json.dumps({"type": "Speak", "text": "Hello."}))
-                await ws.send(json.dumps({"type": "Flush"}))
+                await ws.send(deepgram.encode(deepgram.Speak("Hello.")))
+                await ws.send(deepgram.encode(deepgram.Flush()))
                 audio = 0
                 async for message in ws:
                     if isinstance(message, bytes):
                         audio += len(message)
-                    elif json.loads(message)["type"] == "Flushed":
+                    elif isinstance(deepgram.parse_server_message(message), deepgram.Flushed):
                         return "spoken" if audio else "Flushed without audio"
         except ConnectionClosed as closed:
             return f"closed {closed.rcvd.code if closed.rcvd else None}: {closed.rcvd.reason if closed.rcvd else ''}"
@@ -584,6 +596,13 @@ def check(report: Report) -> list[str]:
         problems.append(f"/ping max {report.phase_ping_max_ms['hostile']} ms during the hostile text")
     problems += report.slow_readers.get("problems", [])
     return problems
+
+
+def _end_name(frame: SynthesisComplete | Cancelled | Error) -> str:
+    """How an utterance ended, as the report counts it."""
+    if isinstance(frame, Error):
+        return f"error:{frame.code}"
+    return "synthesis_complete" if isinstance(frame, SynthesisComplete) else "cancelled"
 
 
 def soak(churn: int, vanishing: int, staying: int, model_dir: Path, stuck: int = 8, hostile: int = 120) -> Report:
