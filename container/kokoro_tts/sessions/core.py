@@ -497,9 +497,10 @@ class Session:
                         await pace.send(self.dialect.started(utterance), 0.0)
                         started = True
                     words = _shifted(chunk.words, piece_start_ms, piece.start) if utterance.word_timestamps else ()
+                    chunk_start_ms = audio_ms
                     for offset in range(0, chunk.pcm.size, FRAME_SAMPLES):
                         pcm = chunk.pcm[offset : offset + FRAME_SAMPLES]
-                        ends_ms = audio_ms + 1000.0 * (offset + pcm.size) / SAMPLE_RATE
+                        ends_ms = chunk_start_ms + 1000.0 * (offset + pcm.size) / SAMPLE_RATE
                         last = offset + pcm.size >= chunk.pcm.size
                         due = words if last else _starting_before(words, ends_ms)
                         if due:  # the words whose audio starts in the frame that comes next
@@ -509,10 +510,10 @@ class Session:
                         if data:
                             await pace.send(self.dialect.audio(utterance, data), pcm.size / SAMPLE_RATE)
                         sent_bytes += len(data)
+                        audio_ms = ends_ms  # what was sent: a chunk cut short by a cancel counts its frames only
                         if utterance.cancelled or pace.behind:
                             break
                     self._played_until = max(self._played_until, loop.time()) + chunk.audio_ms / 1000.0
-                    audio_ms += chunk.audio_ms
                     synth_ms += chunk.synth_ms
             if pace.behind:
                 break
