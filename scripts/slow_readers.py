@@ -4,8 +4,9 @@ characters queued, read at 1,500 B/s) and HTTP syntheses in the next (`POST /v1/
 mp3, read at 400 B/s). Meanwhile honest sessions arrive one at a time, and each must hear its first audio within
 the documented wait (`KOKORO_MAX_FIRST_AUDIO_WAIT_S`). Then the slow readers are accounted for: a session cancels
 what is left and every utterance it sent must have ended with a frame (spoken, refused, stopped: a slow_reader
-error is how it is told), and an HTTP body must be whole or visibly cut off (no last chunk), never short and
-looking whole. The server's log must hold no ERROR line.
+error is how it is told), and an HTTP body, read on at full speed, must end: whole (its stream lent its slot while
+its client held plenty, and took one back to finish) or visibly cut off (no last chunk). The server's log must hold
+no ERROR line.
 
     python -m scripts.slow_readers [--slots 2] [--probes 10]
 """
@@ -39,6 +40,7 @@ QUEUED = 32
 LEAD_IN_S = 5.0  # the slow readers take every slot before the first honest session
 PROBE_GAP_S = 2.0
 DRAIN_S = 60.0  # how long a slow reader reads at full speed at the end, to see how its stream ended
+HTTP_DRAIN_S = 240.0  # a body holds minutes of audio, made at a few times real time beside the other reader's
 
 
 @dataclass
@@ -69,6 +71,8 @@ class SlowReaders:
                 )
             if r.silently_cut:
                 found.append(f"{r.transport}: {r.silently_cut} slow readers' utterances cut without a word")
+            if r.ends.get("still streaming"):
+                found.append(f"{r.transport}: {r.ends['still streaming']} bodies not ended {HTTP_DRAIN_S:g} s later")
         if self.error_lines:
             found.append(f"{len(self.error_lines)} ERROR lines in the server's log: {self.error_lines[:2]}")
         return found
@@ -126,7 +130,8 @@ async def ws_slow_reader(url: str, stop: asyncio.Event, ends: Counter[str]) -> i
 
 
 def http_slow_reader(port: int, stop: asyncio.Event, ends: Counter[str]) -> int:
-    """One slow HTTP synthesis (blocking: a thread's); returns 1 if its body ended short yet looked whole."""
+    """One slow HTTP synthesis (blocking: a thread's); how it ended goes into ``ends``. Returns 0: a body cannot end
+    short and look whole (a cut one has no last chunk)."""
     body = json.dumps({"model": "tts-1", "voice": "alloy", "input": LONG, "response_format": "mp3"}).encode()
     head = (
         f"POST /v1/audio/speech HTTP/1.1\r\nhost: soak\r\ncontent-type: application/json\r\n"
@@ -142,7 +147,7 @@ def http_slow_reader(port: int, stop: asyncio.Event, ends: Counter[str]) -> int:
                 break
             data += part
             time.sleep(1.0)
-        deadline = time.monotonic() + DRAIN_S  # a body not cut off by then is still streaming: the defence failed
+        deadline = time.monotonic() + HTTP_DRAIN_S
         try:
             while time.monotonic() < deadline and (part := sock.recv(65536)):
                 data += part
@@ -153,7 +158,7 @@ def http_slow_reader(port: int, stop: asyncio.Event, ends: Counter[str]) -> int:
             return 0
     whole = data.endswith(b"\r\n0\r\n\r\n")
     ends["whole" if whole else "cut off"] += 1
-    return 0  # a whole body is the synthesis's own end; a cut one has no last chunk: never silently short
+    return 0
 
 
 async def attack_round(base_url: str, port: int, transport: str, readers: int, probes: int, wait_s: float) -> Round:

@@ -222,6 +222,12 @@ class _EngineCollector(Collector):
         )
         behind.add_metric([], sum(s.fell_behind for s in slots))
         yield behind
+        lent = CounterMetricFamily(
+            "kokoro_tts_streams_lent",
+            "Stream slots lent to a waiter by streams whose clients held plenty of audio; each took one back later.",
+        )
+        lent.add_metric([], sum(s.lent for s in slots))
+        yield lent
         yield _gauge(
             "kokoro_tts_stream_headroom",
             "Stream slots free now: streams that would start at once (+Inf: no limit).",

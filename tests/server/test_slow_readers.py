@@ -10,6 +10,7 @@ import asyncio
 import dataclasses
 import json
 import socket
+import threading
 import time
 from collections.abc import Iterator
 
@@ -181,6 +182,49 @@ async def test_an_http1_client_that_stops_reading_gives_its_slot_up_and_its_body
         sock.close()
     assert body.startswith(b"HTTP/1.1 200") and b"transfer-encoding: chunked" in body.lower()
     assert not body.endswith(b"\r\n0\r\n\r\n"), body[-20:]  # cut off: the client cannot take it for whole
+
+
+def _http1_speech_read_slowly(port: int, bytes_per_s: float, until: threading.Event) -> bytes:
+    """``POST /v1/audio/speech`` of LONG's first ten sentences (about 50 s) in mp3 through default socket buffers,
+    read at ``bytes_per_s`` until ``until`` is set, then at full speed to its end (made no faster than it plays once
+    20 s ahead, so it comes in about its length)."""
+    text = LONG[: LONG.index("Sentence number 11")]
+    body = json.dumps({"model": "tts-1", "voice": "alloy", "input": text, "response_format": "mp3"}).encode()
+    head = (
+        "POST /v1/audio/speech HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+        f"content-length: {len(body)}\r\n\r\n"
+    )
+    data = bytearray()
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        sock.sendall(head.encode() + body)
+        while not until.is_set():
+            data += sock.recv(int(bytes_per_s))
+            time.sleep(1.0)
+        sock.settimeout(120)
+        while not data.endswith(b"\r\n0\r\n\r\n") and (part := sock.recv(65536)):  # its end, or a cut
+            data += part
+    return bytes(data)
+
+
+async def test_an_http1_client_reading_a_tenth_of_real_time_through_big_buffers_lends_its_slot_and_is_served_whole(
+    server: RunningServer, one_stream: StreamSlots, long_wait: None
+) -> None:
+    """The HTTP attack of issue 41: mp3 (~4 KB/s) read at 400 B/s through default buffers, which hold over a minute
+    of it: the server cannot see what such a client has read until they drain. But its stream needs nothing made
+    while its transport has taken more than ``LEND_LEAD_S`` past its playback clock, so an honest newcomer gets its
+    slot within the wait (by what its socket took alone, not for over a minute); the lender takes the slot back once
+    it is free, and, reading on at full speed, gets its whole body."""
+    until = threading.Event()
+    reading = asyncio.create_task(asyncio.to_thread(_http1_speech_read_slowly, server.port, 400, until))
+    try:
+        await eventually(lambda: one_stream.count, "the slow request holds the slot", 60)
+        waited = await honest_first_audio_s(server)
+        assert one_stream.lent and not one_stream.fell_behind, (one_stream.lent, one_stream.fell_behind, waited)
+    finally:
+        until.set()
+        body = await reading
+    assert body.startswith(b"HTTP/1.1 200") and body.endswith(b"\r\n0\r\n\r\n"), body[-20:]
+    await eventually(lambda: not one_stream.count, "every slot given back", 30)
 
 
 def _h2_request(port: int) -> tuple[socket.socket, h2.connection.H2Connection, int]:

@@ -99,3 +99,34 @@ async def test_a_waiter_that_leaves_is_dropped_from_the_queue_and_loses_no_slot(
     slots.release(playing)
     await asyncio.wait_for(staying, 1.0)
     assert (slots.holds(leaving), slots.holds(next_one), slots.count) == (False, True, 1)
+
+
+async def test_a_lent_slot_goes_to_the_waiter_and_comes_back_ahead_of_everyone_or_over_the_ceiling() -> None:
+    """A stream whose client holds plenty of audio lends its slot to a waiter (``Pace``), and is told when one
+    comes; when it needs audio again it goes ahead of returning sessions and newcomers, and past its own bound it
+    takes a slot over the ceiling rather than be refused: it was admitted."""
+    slots, lender, newcomer, returning = StreamSlots(1), object(), object(), object()
+    await slots.acquire(lender, 1.0)
+    wanted = slots.wanted()
+    assert not wanted.done()
+    waiting = asyncio.create_task(slots.acquire(newcomer, 5.0))
+    await asyncio.wait_for(wanted, 1.0)  # a waiter came
+    slots.lend(lender)
+    await asyncio.wait_for(waiting, 1.0)
+    assert (slots.holds(newcomer), slots.holds(lender), slots.lent) == (True, False, 1)
+    second = asyncio.create_task(slots.acquire(returning, 5.0, returning=True))
+    await asyncio.sleep(0.01)
+    reclaiming = asyncio.create_task(slots.reclaim(lender, 5.0))
+    await asyncio.sleep(0.01)
+    slots.release(newcomer)
+    await asyncio.wait_for(reclaiming, 1.0)
+    assert (slots.holds(lender), slots.holds(returning)) == (True, False)
+    over = object()
+    await asyncio.wait_for(slots.reclaim(over, 0.05), 1.0)  # none free within its bound: over the ceiling
+    assert slots.count == 2
+    slots.release(lender)
+    await asyncio.sleep(0.01)
+    assert not second.done()  # the ceiling holds again: one slot, still held
+    slots.release(over)
+    await asyncio.wait_for(second, 1.0)
+    assert (slots.count, slots.holds(returning)) == (1, True)

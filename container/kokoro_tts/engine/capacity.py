@@ -11,7 +11,9 @@ it for good.
 A slot is held by a stream that keeps up (``Pace``): its client must take its audio about as fast as it plays. A
 stream whose sent audio falls behind its playback clock by more than a margin gives its slot up at once; the stream
 is then told (``slow_reader``) and stopped, so a client reading slowly cannot hold a slot that an honest caller
-needs, however little it reads.
+needs, however little it reads. Where that is slow to show (HTTP: the client's receive buffer hides a minute of mp3),
+a stream far enough ahead of its playback lends its slot to a waiter and takes one back, ahead of everyone, when
+it needs audio made again.
 """
 
 from __future__ import annotations
@@ -46,9 +48,14 @@ def waiting_room(floor: int, slots: float) -> int:
     return floor if math.isinf(slots) else max(floor, 2 * int(slots))
 
 
+# Who goes first for a free slot: a stream taking back the slot it lent (``Pace``), then a session whose reply is in
+# progress, then newcomers in arrival order.
+_RECLAIMING, _RETURNING, _NEWCOMER = 0, 1, 2
+
+
 @dataclass(order=True)
 class _Waiter:
-    newcomer: bool  # False sorts first: a returning session goes ahead
+    rank: int
     seq: int
     holder: object = field(compare=False)
     granted: asyncio.Future[None] = field(compare=False)
@@ -67,8 +74,10 @@ class StreamSlots:
         self.measurements = 0  # the warm-up's, then each re-check while idle
         self.refused = 0  # streams refused after the bounded wait (GET /metrics)
         self.fell_behind = 0  # streams that gave their slot up because their client read too slowly (GET /metrics)
+        self.lent = 0  # slots lent to a waiter by streams whose clients held plenty of audio (GET /metrics)
         self._holders: set[object] = set()
         self._queue: list[_Waiter] = []
+        self._wanted: list[asyncio.Future[None]] = []
         self._seq = itertools.count()
 
     def measured(self, audio_s: float, wall_s: float) -> None:
@@ -107,10 +116,12 @@ class StreamSlots:
     def try_acquire(self, holder: object, *, returning: bool = False) -> bool:
         """Whether ``holder`` has a slot now, taking a free one unless someone waits ahead of it (a newcomer queues
         behind anyone waiting; a returning session only behind other returning ones)."""
+        return self._try(holder, _RETURNING if returning else _NEWCOMER)
+
+    def _try(self, holder: object, rank: int) -> bool:
         if holder in self._holders:
             return True
-        ahead = any(not w.newcomer or not returning for w in self._queue)
-        if self.count < self.ceiling and not ahead:
+        if self.count < self.ceiling and not any(w.rank <= rank for w in self._queue):
             self._holders.add(holder)
             return True
         return False
@@ -119,28 +130,62 @@ class StreamSlots:
         """Returns once ``holder`` has a slot: at once when ``try_acquire`` takes one, else when one is handed to
         it; ``server_busy`` after ``max_wait_s``. ``returning``: a session that has spoken before, served before
         every newcomer."""
-        if self.try_acquire(holder, returning=returning):
+        if await self._granted(holder, _RETURNING if returning else _NEWCOMER, max_wait_s):
             return
-        waiter = _Waiter(not returning, next(self._seq), holder, asyncio.get_running_loop().create_future())
+        self.refused += 1
+        raise busy(
+            f"All {self.ceiling:g} streams this server plays without a gap are in use and none came free within "
+            f"{max_wait_s:g} s",
+            max_wait_s,
+        )
+
+    async def reclaim(self, holder: object, within_s: float) -> None:
+        """A stream that lent its slot (``Pace``) takes one back, ahead of everyone waiting; past ``within_s`` (its
+        client's audio about to run out) it takes one over the ceiling: a stream once admitted is never refused, and
+        the ceiling holds again as soon as a slot frees."""
+        if not await self._granted(holder, _RECLAIMING, within_s):
+            self._holders.add(holder)
+
+    async def _granted(self, holder: object, rank: int, max_wait_s: float) -> bool:
+        """Whether ``holder`` got a slot within ``max_wait_s``, queued by ``rank``."""
+        if self._try(holder, rank):
+            return True
+        waiter = _Waiter(rank, next(self._seq), holder, asyncio.get_running_loop().create_future())
         heapq.heappush(self._queue, waiter)
+        while self._wanted:  # streams that would lend their slot to a waiter (``Pace``)
+            wanted = self._wanted.pop()
+            if not wanted.done():
+                wanted.set_result(None)
         try:
             async with asyncio.timeout(max_wait_s):
                 await asyncio.shield(waiter.granted)
         except TimeoutError:
             if not waiter.granted.done():
                 self._leave(waiter)
-                self.refused += 1
-                raise busy(
-                    f"All {self.ceiling:g} streams this server plays without a gap are in use and none came free "
-                    f"within {max_wait_s:g} s",
-                    max_wait_s,
-                ) from None
+                return False
         except asyncio.CancelledError:  # the client left, or cancelled the utterance, while it waited
             if waiter.granted.done():
                 self.release(holder)  # handed over just now: pass it on
             else:
                 self._leave(waiter)
             raise
+        return True
+
+    def wanted(self) -> asyncio.Future[None]:
+        """Done once a stream waits for a slot (at once if one does)."""
+        future = asyncio.get_running_loop().create_future()
+        if self._queue:
+            future.set_result(None)
+        else:
+            self._wanted = [w for w in self._wanted if not w.done()]  # given up by streams that went on
+            self._wanted.append(future)
+        return future
+
+    def lend(self, holder: object) -> None:
+        """``holder`` needs no audio made for a while (its client holds plenty): its slot goes to the first waiter."""
+        if holder in self._holders:
+            self.lent += 1
+            self.release(holder)
 
     def _leave(self, waiter: _Waiter) -> None:
         """``waiter`` stops waiting: out of the queue now (not when a slot next frees, which can be minutes away)."""
@@ -222,6 +267,16 @@ class ReadReceipts:
         # not one of ours (or already answered): nothing was forgotten that a later answer will not cover
 
 
+# A stream judged by its transport alone (HTTP) cannot tell a client that plays what it reads from one that reads a
+# tenth as fast until the client's receive buffer has filled and drained: a minute of mp3 on Linux's defaults. While
+# the audio its transport took runs this far ahead of its playback clock, it needs nothing made, so a waiter may have
+# its slot; it takes one back as soon as one is free, and ahead of everyone once that lead is down to
+# ``RECLAIM_LEAD_S``.
+LEND_LEAD_S = 12.0
+RECLAIM_LEAD_S = 6.0
+RECLAIM_POLL_S = 1.0
+
+
 class Pace:
     """One slot holder's audio against its playback clock: the clock starts at its first audio and runs in real time,
     paused while the stream waits for the server (its next window) or for the client's next text; the audio its
@@ -229,7 +284,9 @@ class Pace:
     transport can say (``receipts``: a WebSocket). A send still waiting past that gives the slot up there and then
     (``behind``), so the slot is free for others at once, not when the slow send ends; so does a send that finds
     the client's reading already that far behind. ``cut_off``: a stream that is cut off when it falls behind (HTTP)
-    abandons that send; else (a session, which tells its client in band) the send is finished first."""
+    abandons that send; else (a session, which tells its client in band) the send is finished first. ``lends``: a
+    stream more than ``LEND_LEAD_S`` ahead lends its slot to a waiter; it then calls ``ready`` before it makes more
+    audio."""
 
     def __init__(
         self,
@@ -238,9 +295,11 @@ class Pace:
         margin_s: float,
         *,
         cut_off: bool = False,
+        lends: bool = False,
         receipts: ReadReceipts | None = None,
     ) -> None:
         self._slots, self._holder, self.margin_s, self._cut_off = slots, holder, margin_s, cut_off
+        self._lends, self.lent = lends, False
         self._receipts = receipts
         self._read_from = receipts.sent_s if receipts is not None else 0.0  # what the connection sent before
         self._loop = asyncio.get_running_loop()
@@ -273,6 +332,36 @@ class Pace:
             read_s = max(0.0, self._receipts.read_s - self._read_from)
             played_to = min(played_to, self._played_to - self._sent_s + read_s)
         return played_to + self.margin_s
+
+    @property
+    def lead_s(self) -> float:
+        """How long its client can play before it needs more audio."""
+        return self._deadline - self.margin_s - self._loop.time()
+
+    def _lend_if_wanted(self) -> asyncio.Future[None] | None:
+        """Lends the slot if it may and a stream waits; else, while it may, what to wait on for a waiter."""
+        if not self._lends or self.lent or self.lead_s < LEND_LEAD_S:
+            return None
+        wanted = self._slots.wanted()
+        if wanted.done():
+            self.lent = True
+            self._slots.lend(self._holder)
+            return None
+        return wanted
+
+    async def ready(self) -> None:
+        """Before more audio is made: a stream that lent its slot takes one back. While its client holds more than
+        ``RECLAIM_LEAD_S`` it takes only a free one nobody waits for (looking each ``RECLAIM_POLL_S``); then it
+        goes ahead of everyone (``StreamSlots.reclaim``), waiting at most half of what is left."""
+        if not self.lent or self.behind:
+            return
+        while (lead := self.lead_s) > RECLAIM_LEAD_S:
+            if self._slots.try_acquire(self._holder):
+                self.lent = False
+                return
+            await asyncio.sleep(min(RECLAIM_POLL_S, lead - RECLAIM_LEAD_S))
+        await self._slots.reclaim(self._holder, max(0.0, self.lead_s) / 2)
+        self.lent = False
 
     def _give_up(self) -> None:
         self.behind = True
@@ -312,7 +401,12 @@ class Pace:
                     if timeout <= 0:
                         self._give_up()
                         break
-                    await asyncio.wait({task}, timeout=timeout)  # an answer may move the deadline meanwhile
+                    wanted = self._lend_if_wanted()
+                    try:  # an answer may move the deadline meanwhile, a waiter may come for the slot
+                        await asyncio.wait({task} if wanted is None else {task, wanted}, timeout=timeout)
+                    finally:
+                        if wanted is not None:
+                            wanted.cancel()
                 if self.behind and self._cut_off and not task.done():
                     task.cancel()
                     await asyncio.gather(task, return_exceptions=True)

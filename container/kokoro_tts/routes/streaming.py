@@ -223,10 +223,11 @@ class _SynthesisResponse(StreamingResponse):
     async def stream_response(self, send: Any) -> None:
         await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
         engine, loop = self._stream.engine, asyncio.get_running_loop()
-        pace, credited = Pace(engine.slots, self._stream, engine.settings.stream_lag_s, cut_off=True), 0.0
-        body = aiter(self.body_iterator)
+        pace = Pace(engine.slots, self._stream, engine.settings.stream_lag_s, cut_off=True, lends=True)
+        body, credited = aiter(self.body_iterator), 0.0
         while True:
             asked = loop.time()
+            await pace.ready()
             data = await anext(body, None)
             if data is None:
                 break
