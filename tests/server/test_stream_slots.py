@@ -8,7 +8,7 @@ import math
 
 import pytest
 from kokoro_client.errors import ErrorCode, TTSError
-from kokoro_tts.engine.capacity import HEADROOM, MEASURED, UNLIMITED, StreamSlots, waiting_room
+from kokoro_tts.engine.capacity import HEADROOM, LEND_LEAD_S, MEASURED, UNLIMITED, Pace, StreamSlots, waiting_room
 
 
 def test_the_ceiling_is_the_measured_throughput_less_the_headroom() -> None:
@@ -130,3 +130,19 @@ async def test_a_lent_slot_goes_to_the_waiter_and_comes_back_ahead_of_everyone_o
     slots.release(over)
     await asyncio.wait_for(second, 1.0)
     assert (slots.count, slots.holds(returning)) == (1, True)
+
+
+async def test_a_stream_far_ahead_lends_its_slot_while_its_send_is_stuck_in_a_full_buffer() -> None:
+    """The case lending exists for: a slow HTTP reader's send waits on its full receive buffer, with a minute of
+    audio ahead of its playback. A waiter that comes meanwhile gets the slot at once, not when the send ends."""
+    slots, stream, newcomer = StreamSlots(1), object(), object()
+    await slots.acquire(stream, 1.0)
+    pace = Pace(slots, stream, 3.0, cut_off=True, lends=True)
+    await pace.send(asyncio.sleep(0), 2 * LEND_LEAD_S)  # taken at once: its client holds plenty
+    stuck: asyncio.Future[None] = asyncio.get_running_loop().create_future()  # a send into a full buffer
+    sending = asyncio.create_task(pace.send(stuck, 1.0))
+    await asyncio.sleep(0.01)
+    await asyncio.wait_for(slots.acquire(newcomer, 5.0), 1.0)
+    assert (slots.holds(newcomer), slots.holds(stream), pace.lent, slots.lent) == (True, False, True, 1)
+    stuck.set_result(None)
+    await asyncio.wait_for(sending, 1.0)

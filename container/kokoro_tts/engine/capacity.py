@@ -403,7 +403,8 @@ class Pace:
                         break
                     wanted = self._lend_if_wanted()
                     try:  # an answer may move the deadline meanwhile, a waiter may come for the slot
-                        await asyncio.wait({task} if wanted is None else {task, wanted}, timeout=timeout)
+                        waits = {task} if wanted is None else {task, wanted}
+                        await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
                     finally:
                         if wanted is not None:
                             wanted.cancel()
