@@ -25,7 +25,7 @@ import time
 import unicodedata
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 import httpx
 from kokoro_client import deepgram, protocol
@@ -394,44 +394,53 @@ async def _session(base_url: str, route: str, text: str, answer: _Answer, outcom
     if route == "bidi":
         async with connect(f"{ws_base}/invocations-bidirectional-stream", max_size=None) as ws:
             await ws.send(protocol.encode(protocol.Synthesize(text, id="hostile", voice=VOICE)))
-            await _bidi_answer(ws, answer, outcome)
+            await _read_answer(ws, answer, outcome, _bidi_heard, "the utterance ended")
         return
     async with connect(f"{ws_base}/v1/speak?model={VOICE}&encoding=linear16&sample_rate={RATE}", max_size=None) as ws:
         await ws.send(deepgram.encode(deepgram.Speak(text)))
         await ws.send(deepgram.encode(deepgram.Flush()))
-        await _deepgram_answer(ws, answer, outcome)
+        await _read_answer(ws, answer, outcome, _deepgram_heard, "Flushed")
 
 
-async def _bidi_answer(ws: ClientConnection, answer: _Answer, outcome: Outcome) -> None:
+class _Heard(NamedTuple):
+    """What one text frame of an answer says: whether the answer has begun, the error code it names, whether the
+    utterance is over."""
+
+    began: bool
+    code: str | None
+    ends: bool
+
+
+def _bidi_heard(message: str) -> _Heard:
+    frame = protocol.parse_server_frame(message)
+    if isinstance(frame, protocol.Error):
+        return _Heard(True, frame.code, frame.id in ("hostile", None))
+    return _Heard(isinstance(frame, protocol.SynthesisStart), None, isinstance(frame, protocol.SynthesisComplete))
+
+
+def _deepgram_heard(message: str) -> _Heard:
+    frame = deepgram.parse_server_message(message)
+    if isinstance(frame, deepgram.WarningMessage | deepgram.ErrorMessage):
+        return _Heard(True, frame.code, False)
+    flushed = isinstance(frame, deepgram.Flushed)
+    return _Heard(flushed, None, flushed)
+
+
+async def _read_answer(
+    ws: ClientConnection, answer: _Answer, outcome: Outcome, heard: Callable[[str], _Heard], end: str
+) -> None:
     async for message in ws:
         if isinstance(message, bytes):
             answer.add(message)
             continue
-        frame = protocol.parse_server_frame(message)
-        if isinstance(frame, protocol.SynthesisStart | protocol.Error):
+        said = heard(message)
+        if said.began:
             answer.began()
-        if isinstance(frame, protocol.Error):
-            outcome.codes.append(frame.code)
-            if frame.id in ("hostile", None):
-                return
-        if isinstance(frame, protocol.SynthesisComplete):
+        if said.code is not None:
+            outcome.codes.append(said.code)
+        if said.ends:
             return
-    outcome.problem = "the session closed before the utterance ended"
-
-
-async def _deepgram_answer(ws: ClientConnection, answer: _Answer, outcome: Outcome) -> None:
-    async for message in ws:
-        if isinstance(message, bytes):
-            answer.add(message)
-            continue
-        frame = deepgram.parse_server_message(message)
-        if isinstance(frame, deepgram.WarningMessage | deepgram.ErrorMessage | deepgram.Flushed):
-            answer.began()
-        if isinstance(frame, deepgram.WarningMessage | deepgram.ErrorMessage):
-            outcome.codes.append(frame.code)
-        if isinstance(frame, deepgram.Flushed):
-            return
-    outcome.problem = "the session closed before Flushed"
+    outcome.problem = f"the session closed before {end}"
 
 
 # --- /ping, measured meanwhile ----------------------------------------------------------------------------------

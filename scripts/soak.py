@@ -34,6 +34,7 @@ import sys
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from multiprocessing import synchronize
 from multiprocessing.connection import Connection
@@ -402,38 +403,28 @@ class Soak:
 
     async def _bidi_spoken(self) -> str:
         """ "spoken" if a new session speaks "Hello.", else what it answered."""
-        try:
-            async with asyncio.timeout(60), connect(self.ws_url) as ws:
-                await ws.send(protocol.encode(Synthesize("Hello.", "after-stuck")))
-                async for message in ws:
-                    frame = protocol.parse_server_frame(message) if isinstance(message, str) else None
-                    if isinstance(frame, SynthesisComplete):
-                        return "spoken"
-                    if isinstance(frame, Error):
-                        return f"error {frame.code}"
-        except ConnectionClosed as closed:
-            return f"closed {closed.rcvd.code if closed.rcvd else None}: {closed.rcvd.reason if closed.rcvd else ''}"
-        except TimeoutError:
-            return "no answer within 60 s"
-        return "closed without an answer"
+
+        def verdict(message: str | bytes) -> str | None:
+            frame = protocol.parse_server_frame(message) if isinstance(message, str) else None
+            if isinstance(frame, SynthesisComplete):
+                return "spoken"
+            return f"error {frame.code}" if isinstance(frame, Error) else None
+
+        return await _answer(self.ws_url, [protocol.encode(Synthesize("Hello.", "after-stuck"))], verdict)
 
     async def _deepgram_spoken(self) -> str:
-        url = ws_url(self.base).replace(WS_PATH, SPEAK_PATH)
-        try:
-            async with asyncio.timeout(60), connect(url) as ws:
-                await ws.send(deepgram.encode(deepgram.Speak("Hello.")))
-                await ws.send(deepgram.encode(deepgram.Flush()))
-                audio = 0
-                async for message in ws:
-                    if isinstance(message, bytes):
-                        audio += len(message)
-                    elif isinstance(deepgram.parse_server_message(message), deepgram.Flushed):
-                        return "spoken" if audio else "Flushed without audio"
-        except ConnectionClosed as closed:
-            return f"closed {closed.rcvd.code if closed.rcvd else None}: {closed.rcvd.reason if closed.rcvd else ''}"
-        except TimeoutError:
-            return "no answer within 60 s"
-        return "closed without an answer"
+        audio = 0
+
+        def verdict(message: str | bytes) -> str | None:
+            nonlocal audio
+            if isinstance(message, bytes):
+                audio += len(message)
+            elif isinstance(deepgram.parse_server_message(message), deepgram.Flushed):
+                return "spoken" if audio else "Flushed without audio"
+            return None
+
+        said = [deepgram.encode(deepgram.Speak("Hello.")), deepgram.encode(deepgram.Flush())]
+        return await _answer(ws_url(self.base).replace(WS_PATH, SPEAK_PATH), said, verdict)
 
     async def _hard_token(self) -> None:
         """ "Hello there." alone, then 0.3 s after a "1-2-" * 75 request started (issue 28: its G2P held the one G2P
@@ -615,6 +606,22 @@ def soak(churn: int, vanishing: int, staying: int, model_dir: Path, stuck: int =
     with started(serve_command(), env, stop_timeout_s=30) as process:
         wait_ready(base_url, process, timeout_s=600)  # a loaded machine may take minutes to load and warm up
         return asyncio.run(Soak(base_url, process.pid).run(churn, vanishing, staying, stuck, hostile))
+
+
+async def _answer(url: str, messages: list[str], verdict: Callable[[str | bytes], str | None]) -> str:
+    """Sends ``messages`` on a new socket and reads until ``verdict`` says what the answer was (60 s at most)."""
+    try:
+        async with asyncio.timeout(60), connect(url) as ws:
+            for sent in messages:
+                await ws.send(sent)
+            async for message in ws:
+                if (said := verdict(message)) is not None:
+                    return said
+    except ConnectionClosed as closed:
+        return f"closed {closed.rcvd.code if closed.rcvd else None}: {closed.rcvd.reason if closed.rcvd else ''}"
+    except TimeoutError:
+        return "no answer within 60 s"
+    return "closed without an answer"
 
 
 def main() -> None:

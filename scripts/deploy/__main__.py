@@ -275,18 +275,8 @@ def cmd_smoke(args: argparse.Namespace) -> int:
         print(f"  {health.summary()}", flush=True)
     where = f" via {args.endpoint_uri}" if args.endpoint_uri else ""
     print(f"  smoke test: endpoint {name} in {region}{where}", flush=True)
-    result = asyncio.run(
-        smoke_endpoint(
-            name,
-            region,
-            endpoint_uri=args.endpoint_uri,
-            attempts=args.attempts,
-            retry_delay_s=args.retry_delay,
-            timeout_s=args.timeout,
-            log=lambda line: print(line, flush=True),
-        )
-    )
-    print(f"  {result.summary()}")
+    check = smoke_endpoint(name, region, endpoint_uri=args.endpoint_uri, timeout_s=args.timeout, **_retries(args))
+    print(f"  {asyncio.run(check).summary()}")
     return 0
 
 
@@ -298,18 +288,16 @@ def cmd_smoke_runtime(args: argparse.Namespace) -> int:
     if not arn:
         raise SystemExit("no agent_runtime_arn (enable_runtime_outputs is false?): give --runtime-arn")
     print(f"  smoke test: AgentCore runtime {arn}", flush=True)
-    result = asyncio.run(
-        smoke_runtime(
-            str(arn),
-            expect_model_id=args.bedrock_model_id or None,
-            qualifier=args.qualifier,
-            attempts=args.attempts,
-            retry_delay_s=args.retry_delay,
-            log=lambda line: print(line, flush=True),
-        )
+    check = smoke_runtime(
+        str(arn), expect_model_id=args.bedrock_model_id or None, qualifier=args.qualifier, **_retries(args)
     )
-    print(f"  {result.summary()}")
+    print(f"  {asyncio.run(check).summary()}")
     return 0
+
+
+def _retries(args: argparse.Namespace) -> dict[str, Any]:
+    """A smoke test's tries (--attempts, --retry-delay), each said as it goes."""
+    return {"attempts": args.attempts, "retry_delay_s": args.retry_delay, "log": lambda line: print(line, flush=True)}
 
 
 def cmd_deployer_policy(args: argparse.Namespace) -> int:

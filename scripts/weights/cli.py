@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from kokoro_tts.weights.layout import LayoutError, WeightLayout
 
@@ -98,16 +100,25 @@ def _verify(args: argparse.Namespace) -> int:
     return 0
 
 
-def _derive(args: argparse.Namespace) -> int:
+def _derivation(args: argparse.Namespace, command: str, needs: str, function: str) -> Any:
+    """Runs ``function`` of this package (``module.name``, imported only now: it needs ``needs``) on the layout;
+    its result, or None once the error is said."""
+    module, name = function.rsplit(".", 1)
     try:
-        from .derive import derive_torch
+        derive = getattr(importlib.import_module(f".{module}", __package__), name)
     except ImportError as e:  # pragma: no cover - the dev lock has them
-        print(f"error: derive-torch needs torch, kokoro and onnx ({e})", file=sys.stderr)
-        return 1
+        print(f"error: {command} needs {needs} ({e})", file=sys.stderr)
+        return None
     try:
-        result = derive_torch(args.dest, force=args.force)
+        return derive(args.dest, force=args.force)
     except (LayoutError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
+        return None
+
+
+def _derive(args: argparse.Namespace) -> int:
+    result = _derivation(args, "derive-torch", "torch, kokoro and onnx", "derive.derive_torch")
+    if result is None:
         return 1
     if not result.derived:
         print(f"{result.path} is already derived and listed in the manifest: nothing to do")
@@ -118,15 +129,8 @@ def _derive(args: argparse.Namespace) -> int:
 
 
 def _derive_stages(args: argparse.Namespace) -> int:
-    try:
-        from .stage_graphs import derive_stages
-    except ImportError as e:  # pragma: no cover - the dev lock has onnx
-        print(f"error: derive-stages needs onnx ({e})", file=sys.stderr)
-        return 1
-    try:
-        result = derive_stages(args.dest, force=args.force)
-    except (LayoutError, OSError) as e:
-        print(f"error: {e}", file=sys.stderr)
+    result = _derivation(args, "derive-stages", "onnx", "stage_graphs.derive_stages")
+    if result is None:
         return 1
     done = "derived" if result.derived else "already derived and listed in the manifest:"
     print(f"{done} {', '.join(path.name for path in result.paths)} in {args.dest}")

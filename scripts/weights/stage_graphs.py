@@ -1,12 +1,12 @@
 """Derive the three stage graphs (backends/stages.py) from the shipped export, as ``make weights`` does.
 
-``kokoro-weights derive-stages`` writes the front, features and generator graphs (layout.FRONT_GRAPH,
-FEATURES_GRAPH, DECODER_GRAPH) with onnx's own extractor, and each voice's priors for the pooled statistics
-(layout.NORM_PRIORS), and lists them in the manifest with their checksums, like the derived torch weights
-(derive.py); an earlier derivation's files leave the layout. The harmonic source's STFT becomes a convolution on the
-way (``stft_as_conv``). A second set (the ``_VNNI`` names) has every 1-D ConvInteger as the same integer arithmetic
-in a MatMulInteger (``conv_integer_as_matmul``): bit for bit the same on a CPU with 8-bit dot products, faster.
-onnx is needed here only, at build time; the server runs the derived files with onnxruntime alone.
+``kokoro-weights derive-stages`` writes the front, features and generator graphs (``WeightLayout.stage_graphs``) with
+onnx's own extractor, and each voice's priors for the pooled statistics (layout.NORM_PRIORS), and lists them in the
+manifest with their checksums, like the derived torch weights (derive.py); an earlier derivation's files leave the
+layout. The harmonic source's STFT becomes a convolution on the way (``stft_as_conv``). A second set (the ``_VNNI``
+names) has every 1-D ConvInteger as the same integer arithmetic in a MatMulInteger (``conv_integer_as_matmul``): bit for
+bit the same on a CPU with 8-bit dot products, faster. onnx is needed here only, at build time; the server runs the
+derived files with onnxruntime alone.
 """
 
 from __future__ import annotations
@@ -34,13 +34,7 @@ from kokoro_tts.engine.backends.stages import (
     silent_fraction,
 )
 from kokoro_tts.weights.layout import (
-    DECODER_GRAPH,
-    DECODER_GRAPH_VNNI,
     EARLIER_STAGE_GRAPHS,
-    FEATURES_GRAPH,
-    FEATURES_GRAPH_VNNI,
-    FRONT_GRAPH,
-    FRONT_GRAPH_VNNI,
     MANIFEST,
     NORM_PRIORS,
     Manifest,
@@ -93,16 +87,7 @@ def derive_stages(dest: str | Path, force: bool = False) -> StagesResult:
     earlier derivation's stage graphs are removed from both."""
     layout = WeightLayout(dest)
     manifest = layout.read_manifest()
-    root = layout.root
-    result = StagesResult(
-        root / FRONT_GRAPH,
-        root / FEATURES_GRAPH,
-        root / DECODER_GRAPH,
-        root / FRONT_GRAPH_VNNI,
-        root / FEATURES_GRAPH_VNNI,
-        root / DECODER_GRAPH_VNNI,
-        derived=True,
-    )
+    result = StagesResult(*layout.stage_graphs(), *layout.stage_graphs(int8=True), derived=True)
     listed = all(
         (entry := manifest.files.get(path.name)) is not None and path.is_file() and path.stat().st_size == entry.bytes
         for path in result.paths

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
 import threading
 import time
 
 import pytest
 from strands import Agent
+from support.agent_fixtures import cancel_once_seen
 from support.repo import REPO
 from voice_agent.app import agent_text
 from voice_agent.models import ModelUnavailable, build_model
@@ -56,17 +56,8 @@ async def test_the_cancel_signal_stops_the_stream() -> None:
 
 async def test_cancelling_the_task_closes_the_model_stream_at_once() -> None:
     model = ScriptedModel(ttft_s=0.0, tokens_per_s=10)
-    got_one = asyncio.Event()
-
-    async def consume() -> None:
-        async for _ in agent_text(Agent(model=model, callback_handler=None), "hi")(threading.Event()):
-            got_one.set()
-
-    task = asyncio.create_task(consume())
-    await asyncio.wait_for(got_one.wait(), 5)
-    task.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await task
+    text = agent_text(Agent(model=model, callback_handler=None), "hi")(threading.Event())
+    await cancel_once_seen(text, lambda _: True, timeout_s=5)
     assert model.streams[0].closed and model.streams[0].cancelled
 
 

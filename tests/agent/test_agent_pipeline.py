@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 from kokoro_client.session import TransportCode, TTSTransportError
-from support.agent_fixtures import FakeBatch, FakeSource, FakeTTS, index_of, types
+from support.agent_fixtures import FakeBatch, FakeSource, FakeTTS, cancel_once_seen, index_of, types
 from support.eventually import eventually
 from voice_agent.events import Event
 from voice_agent.pipeline import BusyRetry, PipelineOptions, run_batch, run_bidi
@@ -30,6 +30,15 @@ def bidi(source: FakeSource, tts: FakeTTS, options: PipelineOptions = OPTIONS) -
 
 def batch(source: FakeSource, tts: FakeBatch, options: PipelineOptions = OPTIONS) -> Any:
     return run_batch(source, tts, model_name="fake", options=options)
+
+
+async def close_at_first_audio(pipeline: Any) -> None:
+    """Reads ``pipeline`` to its first audio, then closes it, as a consumer that stops reading does."""
+    async with asyncio.timeout(10):
+        async for event in pipeline:
+            if event["type"] == "audio_chunk":
+                break
+    await pipeline.aclose()
 
 
 def assert_well_formed(events: list[Event]) -> None:
@@ -170,12 +179,7 @@ async def test_a_tts_error_on_the_reply_is_tts_error_with_the_servers_code() -> 
 
 async def test_closing_the_bidi_pipeline_cancels_the_llm_and_closes_the_session() -> None:
     source, tts = FakeSource(TOKENS, gap_s=0.2), FakeTTS()
-    pipeline = bidi(source, tts)
-    async with asyncio.timeout(10):
-        async for event in pipeline:
-            if event["type"] == "audio_chunk":
-                break
-    await pipeline.aclose()
+    await close_at_first_audio(bidi(source, tts))
     assert source.cancelled and not source.finished
     assert source.cancel_signal is not None and source.cancel_signal.is_set()
     assert tts.sessions[0].closed
@@ -184,29 +188,13 @@ async def test_closing_the_bidi_pipeline_cancels_the_llm_and_closes_the_session(
 async def test_cancelling_the_consumer_task_tears_the_pipeline_down() -> None:
     # What AgentCore does when the caller disconnects: it cancels the task iterating the generator.
     source, tts = FakeSource(TOKENS, gap_s=0.2), FakeTTS()
-    first_audio = asyncio.Event()
-
-    async def consume() -> None:
-        async for event in bidi(source, tts):
-            if event["type"] == "audio_chunk":
-                first_audio.set()
-
-    task = asyncio.create_task(consume())
-    await asyncio.wait_for(first_audio.wait(), 10)
-    task.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await task
+    await cancel_once_seen(bidi(source, tts), lambda event: event["type"] == "audio_chunk")
     assert source.cancelled and tts.sessions[0].closed
 
 
 async def test_closing_the_batch_pipeline_mid_audio_closes_the_synthesis_stream() -> None:
     source, tts = FakeSource(TOKENS, gap_s=0.0), FakeBatch(delay_s=0.2)
-    pipeline = batch(source, tts)
-    async with asyncio.timeout(10):
-        async for event in pipeline:
-            if event["type"] == "audio_chunk":
-                break
-    await pipeline.aclose()
+    await close_at_first_audio(batch(source, tts))
     assert tts.closed
 
 

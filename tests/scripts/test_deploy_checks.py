@@ -25,6 +25,7 @@ import pytest
 from moto import mock_aws
 from support.agent_fixtures import FAST, agent_settings, make_model
 from support.agentcore_standin import HealthStandin, deployed_agent, running
+from support.fakes.terraform import create_endpoint, register_autoscaling
 from support.inproc_server import RunningServer
 from voice_agent.scripted_model import SIMULATED_NAME
 
@@ -194,41 +195,8 @@ def autoscaled() -> Iterator[tuple[Any, Any]]:
     with mock_aws():
         sm = boto3.client("sagemaker", region_name=REGION)
         scaling = boto3.client("application-autoscaling", region_name=REGION)
-        sm.create_model(
-            ModelName="m1",
-            ExecutionRoleArn=f"arn:aws:iam::{ACCOUNT}:role/kokoro-tts-sagemaker",
-            PrimaryContainer={"Image": f"{ACCOUNT}.dkr.ecr.{REGION}.amazonaws.com/kokoro-tts/tts@sha256:" + "a" * 64},
-        )
-        sm.create_endpoint_config(
-            EndpointConfigName="c1",
-            ProductionVariants=[
-                {
-                    "VariantName": "AllTraffic",
-                    "ModelName": "m1",
-                    "InstanceType": "ml.m5.large",
-                    "InitialInstanceCount": 1,
-                }
-            ],
-        )
-        sm.create_endpoint(EndpointName="kokoro-tts", EndpointConfigName="c1")
-        rid = "endpoint/kokoro-tts/variant/AllTraffic"
-        dimension = "sagemaker:variant:DesiredInstanceCount"
-        scaling.register_scalable_target(
-            ServiceNamespace="sagemaker", ResourceId=rid, ScalableDimension=dimension, MinCapacity=1, MaxCapacity=2
-        )
-        scaling.put_scaling_policy(
-            PolicyName="kokoro-tts-concurrent-requests",
-            ServiceNamespace="sagemaker",
-            ResourceId=rid,
-            ScalableDimension=dimension,
-            PolicyType="TargetTrackingScaling",
-            TargetTrackingScalingPolicyConfiguration={
-                "TargetValue": 16.0,
-                "PredefinedMetricSpecification": {
-                    "PredefinedMetricType": "SageMakerVariantConcurrentRequestsPerModelHighResolution"
-                },
-            },
-        )
+        create_endpoint(sm, "m1", "c1", f"{ACCOUNT}.dkr.ecr.{REGION}.amazonaws.com/kokoro-tts/tts@sha256:" + "a" * 64)
+        register_autoscaling(scaling, 1, 2)
         yield sm, scaling
 
 

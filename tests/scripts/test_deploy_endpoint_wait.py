@@ -15,6 +15,7 @@ import boto3
 import pytest
 from moto import mock_aws
 from support.deploy_harness import ACCOUNT, DIGEST_A, REGION, TTS_REPO
+from support.fakes.terraform import create_endpoint
 
 from scripts.deploy.__main__ import main
 from scripts.deploy.endpoint import EndpointError, wait_in_service
@@ -55,24 +56,7 @@ class ScriptedSageMaker:
 def endpoint() -> Iterator[Any]:
     with mock_aws():
         sm = boto3.client("sagemaker", region_name=REGION)
-        sm.create_model(
-            ModelName="kokoro-tts-m1",
-            ExecutionRoleArn=f"arn:aws:iam::{ACCOUNT}:role/kokoro-tts-sagemaker",
-            PrimaryContainer={"Image": f"{TTS_REPO}@{DIGEST_A}"},
-        )
-        sm.create_endpoint_config(
-            EndpointConfigName="kokoro-tts-c1",
-            ProductionVariants=[
-                # moto rejects ml.g5 types (terraform/README.md): the instance type is not the point here.
-                {
-                    "VariantName": "AllTraffic",
-                    "ModelName": "kokoro-tts-m1",
-                    "InstanceType": "ml.m5.large",
-                    "InitialInstanceCount": 1,
-                }
-            ],
-        )
-        sm.create_endpoint(EndpointName="kokoro-tts", EndpointConfigName="kokoro-tts-c1")
+        create_endpoint(sm, "kokoro-tts-m1", "kokoro-tts-c1", f"{TTS_REPO}@{DIGEST_A}")
         yield sm
 
 

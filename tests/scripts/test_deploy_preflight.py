@@ -50,6 +50,14 @@ def run_preflight(env: Mapping[str, str], cwd: Path = REPO) -> subprocess.Comple
     )
 
 
+def tools_env(tmp_path: Path, weights: Path, **extra: str) -> dict[str, str]:
+    """The preflight's environment with the fake terraform and docker and no other tool, a model id and these
+    weights."""
+    bin_dir = tool_dir(tmp_path, basics=False, fakes=("terraform", "docker"))
+    log = str(tmp_path / "tools.jsonl")
+    return clean_env(tmp_path, bin_dir, BEDROCK_MODEL_ID=MODEL_ID, WEIGHTS_DIR=str(weights), FAKE_LOG=log, **extra)
+
+
 def test_preflight_names_every_missing_prerequisite_in_one_message(tmp_path: Path) -> None:
     empty = tmp_path / "empty-bin"
     empty.mkdir()
@@ -75,14 +83,10 @@ def test_preflight_names_every_missing_prerequisite_in_one_message(tmp_path: Pat
 def test_preflight_names_a_stopped_engine_missing_buildx_old_terraform_bad_credentials_no_torch_weights(
     tmp_path: Path,
 ) -> None:
-    bin_dir = tool_dir(tmp_path, basics=False, fakes=("terraform", "docker"))
     layout = write_layout(tmp_path / "onnx-only", with_torch=False)
-    env = clean_env(
+    env = tools_env(
         tmp_path,
-        bin_dir,
-        BEDROCK_MODEL_ID=MODEL_ID,
-        WEIGHTS_DIR=str(layout),
-        FAKE_LOG=str(tmp_path / "tools.jsonl"),
+        layout,
         FAKE_DOCKER_ENGINE="down",
         FAKE_BUILDX="missing",
         FAKE_TF_VERSION="1.8.5",
@@ -110,16 +114,7 @@ def test_preflight_names_a_stopped_engine_missing_buildx_old_terraform_bad_crede
 def test_preflight_passes_and_says_what_it_found(
     tmp_path: Path, moto_url: str, account_url: str, torch_layout: Path
 ) -> None:
-    bin_dir = tool_dir(tmp_path, basics=False, fakes=("terraform", "docker"))
-    env = clean_env(
-        tmp_path,
-        bin_dir,
-        BEDROCK_MODEL_ID=MODEL_ID,
-        WEIGHTS_DIR=str(torch_layout),
-        FAKE_LOG=str(tmp_path / "tools.jsonl"),
-        **credentials(moto_url),
-        **account_env(account_url),
-    )
+    env = tools_env(tmp_path, torch_layout, **credentials(moto_url), **account_env(account_url))
     result = run_preflight(env)
     assert result.returncode == 0, result.stderr
     assert f"AWS account {ACCOUNT}" in result.stdout

@@ -11,14 +11,7 @@ import pytest
 from kokoro_tts.engine.backends import onnx as onnx_backend
 from kokoro_tts.engine.backends.ort_sessions import RUN_OPTIONS, SessionPair, exact_int8_dot_products
 from kokoro_tts.engine.backends.stages import NormPool
-from kokoro_tts.weights.layout import (
-    DECODER_GRAPH,
-    DECODER_GRAPH_VNNI,
-    FEATURES_GRAPH,
-    FEATURES_GRAPH_VNNI,
-    FRONT_GRAPH,
-    FRONT_GRAPH_VNNI,
-)
+from kokoro_tts.weights.layout import DECODER_GRAPH, WeightLayout
 
 
 def test_a_job_alone_gets_every_core_and_jobs_side_by_side_one_each(model_dir: Path) -> None:
@@ -71,14 +64,7 @@ def test_the_backend_runs_the_int8_build_only_where_it_is_exact(
     monkeypatch.setattr(onnx_backend, "exact_int8_dot_products", lambda: exact)
     loaded: list[str] = []
     monkeypatch.setattr(onnx_backend, "OnnxStages", lambda *paths, **_: loaded.extend(p.name for p in paths[:3]))
-    portable, int8 = (
-        (FRONT_GRAPH, FEATURES_GRAPH, DECODER_GRAPH),
-        (FRONT_GRAPH_VNNI, FEATURES_GRAPH_VNNI, DECODER_GRAPH_VNNI),
-    )
-    onnx_backend.OnnxBackend(
-        model_dir / "kokoro.onnx",
-        device="cpu",
-        stage_paths=(model_dir / portable[0], model_dir / portable[1], model_dir / portable[2]),
-        int8_stage_paths=(model_dir / int8[0], model_dir / int8[1], model_dir / int8[2]),
-    )
-    assert loaded == list(int8 if exact else portable)
+    layout = WeightLayout(model_dir)
+    portable, int8 = layout.stage_graphs(), layout.stage_graphs(int8=True)
+    onnx_backend.OnnxBackend(model_dir / "kokoro.onnx", device="cpu", stage_paths=portable, int8_stage_paths=int8)
+    assert loaded == [path.name for path in (int8 if exact else portable)]

@@ -5,35 +5,46 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 import pytest
 from kokoro_client.errors import ErrorCode, TTSError
 from kokoro_tts.engine.scheduler import MEASURED, UNMEASURED_JOB_S, Batch, DeadlineScheduler, JobRecord
 
 
-async def test_earliest_deadline_runs_first_and_cancelled_jobs_are_skipped() -> None:
-    scheduler = DeadlineScheduler(workers=1)
+@asynccontextmanager
+async def one_busy_worker() -> AsyncIterator[tuple[DeadlineScheduler, threading.Event]]:
+    """A scheduler whose one worker runs a job until the gate is set: what is queued meanwhile waits its turn."""
+    scheduler, gate = DeadlineScheduler(workers=1), threading.Event()
     scheduler.start()
-    gate = threading.Event()
+    blocker = asyncio.create_task(scheduler.run(lambda _alone: gate.wait(5), deadline=0))
+    await asyncio.sleep(0.05)  # the worker is now busy with the blocker
+    try:
+        yield scheduler, gate
+    finally:
+        gate.set()
+        await blocker
+        await scheduler.stop()
+
+
+async def test_earliest_deadline_runs_first_and_cancelled_jobs_are_skipped() -> None:
     order: list[str] = []
 
     def job(name: str) -> str:
         order.append(name)
         return name
 
-    blocker = asyncio.create_task(scheduler.run(lambda _alone: gate.wait(5), deadline=0))
-    await asyncio.sleep(0.05)  # the worker is now busy with the blocker
-    late = asyncio.create_task(scheduler.run(lambda _alone: job("late reply chunk"), deadline=30))
-    dropped = asyncio.create_task(scheduler.run(lambda _alone: job("dropped"), deadline=5))
-    first = asyncio.create_task(scheduler.run(lambda _alone: job("new first chunk"), deadline=10))
-    await asyncio.sleep(0.05)
-    dropped.cancel()
-    gate.set()
-    assert await first == "new first chunk" and await late == "late reply chunk"
-    await blocker
+    async with one_busy_worker() as (scheduler, gate):
+        late = asyncio.create_task(scheduler.run(lambda _alone: job("late reply chunk"), deadline=30))
+        dropped = asyncio.create_task(scheduler.run(lambda _alone: job("dropped"), deadline=5))
+        first = asyncio.create_task(scheduler.run(lambda _alone: job("new first chunk"), deadline=10))
+        await asyncio.sleep(0.05)
+        dropped.cancel()
+        gate.set()
+        assert await first == "new first chunk" and await late == "late reply chunk"
     assert order == ["new first chunk", "late reply chunk"]
     assert scheduler.pending == 0
-    await scheduler.stop()
 
 
 async def test_a_failing_job_reaches_its_caller_and_the_worker_goes_on() -> None:
@@ -200,47 +211,37 @@ async def test_a_job_queued_by_the_caller_of_the_job_just_done_goes_ahead_of_lat
 
 
 async def test_jobs_of_one_batch_queued_together_run_as_one_call() -> None:
-    scheduler = DeadlineScheduler(workers=1)
-    scheduler.start()
-    gate = threading.Event()
     calls: list[list[str]] = []
 
     def run(items: list[str], alone: bool) -> list[str]:
         calls.append(items)
         return [item.upper() for item in items]
 
-    batch = Batch(run, limit=3)
-    blocker = asyncio.create_task(scheduler.run(lambda _alone: gate.wait(5), deadline=0))
-    await asyncio.sleep(0.05)  # the worker is busy: what follows queues
-    jobs = {
-        name: asyncio.create_task(scheduler.run_batched(batch, name, deadline, label=name))
-        for name, deadline in [("d", 4.0), ("b", 2.0), ("gone", 2.5), ("a", 1.0), ("c", 3.0)]
-    }
-
     def plain_job(alone: bool) -> str:
         calls.append(["plain"])
         return "plain"
 
-    plain = asyncio.create_task(scheduler.run(plain_job, deadline=1.5, label="plain"))
-    await asyncio.sleep(0.05)
-    assert scheduler.pending_calls() == 1 + 2  # five batched jobs, three to a call, and the plain one
-    jobs.pop("gone").cancel()
-    await asyncio.sleep(0)
-    gate.set()
-    assert {name: await job for name, job in jobs.items()} == {n: n.upper() for n in "abcd"}
-    assert await plain == "plain"
-    await blocker
+    batch = Batch(run, limit=3)
+    async with one_busy_worker() as (scheduler, gate):
+        jobs = {
+            name: asyncio.create_task(scheduler.run_batched(batch, name, deadline, label=name))
+            for name, deadline in [("d", 4.0), ("b", 2.0), ("gone", 2.5), ("a", 1.0), ("c", 3.0)]
+        }
+        plain = asyncio.create_task(scheduler.run(plain_job, deadline=1.5, label="plain"))
+        await asyncio.sleep(0.05)
+        assert scheduler.pending_calls() == 1 + 2  # five batched jobs, three to a call, and the plain one
+        jobs.pop("gone").cancel()
+        await asyncio.sleep(0)
+        gate.set()
+        assert {name: await job for name, job in jobs.items()} == {n: n.upper() for n in "abcd"}
+        assert await plain == "plain"
     # The earliest due runs at its turn with the next ones due, up to the limit; a cancelled job is not run.
     assert calls == [["a", "b", "c"], ["plain"], ["d"]]
     assert [r.label for r in scheduler.history][-3:] == ["a + b + c", "plain", "d"]  # one record per call
     assert scheduler.started == 1 + 4 + 1 and scheduler.pending == 0
-    await scheduler.stop()
 
 
 async def test_an_item_that_fails_its_batch_fails_alone() -> None:
-    scheduler = DeadlineScheduler(workers=1)
-    scheduler.start()
-    gate = threading.Event()
     calls: list[list[int]] = []
 
     def run(items: list[int], alone: bool) -> list[int]:
@@ -250,14 +251,11 @@ async def test_an_item_that_fails_its_batch_fails_alone() -> None:
         return [100 // item for item in items]
 
     batch = Batch(run, limit=4)
-    blocker = asyncio.create_task(scheduler.run(lambda _alone: gate.wait(5), deadline=0))
-    await asyncio.sleep(0.05)
-    jobs = [asyncio.create_task(scheduler.run_batched(batch, item, deadline=1.0)) for item in (5, 0, 20)]
-    await asyncio.sleep(0.05)
-    gate.set()
-    results = await asyncio.gather(*jobs, return_exceptions=True)
-    await blocker
+    async with one_busy_worker() as (scheduler, gate):
+        jobs = [asyncio.create_task(scheduler.run_batched(batch, item, deadline=1.0)) for item in (5, 0, 20)]
+        await asyncio.sleep(0.05)
+        gate.set()
+        results = await asyncio.gather(*jobs, return_exceptions=True)
     assert results[0] == 20 and results[2] == 5
     assert isinstance(results[1], ZeroDivisionError)
     assert calls == [[5, 0, 20], [5], [0], [20]]  # the batch, then each item alone
-    await scheduler.stop()

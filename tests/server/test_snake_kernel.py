@@ -18,11 +18,6 @@ from kokoro_tts.engine.voices import VoiceBank
 from kokoro_tts.text.phonemes import Phonemizer
 from kokoro_tts.weights.layout import (
     DECODER_GRAPH,
-    DECODER_GRAPH_VNNI,
-    FEATURES_GRAPH,
-    FEATURES_GRAPH_VNNI,
-    FRONT_GRAPH,
-    FRONT_GRAPH_VNNI,
     NORM_PRIORS,
     WeightLayout,
 )
@@ -127,13 +122,15 @@ def test_without_the_library_the_server_says_so_once_and_runs_the_graph(
 
 
 def test_the_derived_generators_hold_every_snake_as_one_node(model_dir: Path) -> None:
-    for name in (DECODER_GRAPH, DECODER_GRAPH_VNNI):
-        model = onnx.load(str(model_dir / name))
+    layout = WeightLayout(model_dir)
+    for int8 in (False, True):
+        front, features, generator = layout.stage_graphs(int8=int8)
+        model = onnx.load(str(generator))
         ops = [node.op_type for node in model.graph.node]
-        assert ops.count("Snake") == 48 and "Pow" not in ops, name
+        assert ops.count("Snake") == 48 and "Pow" not in ops, generator.name
         assert [(f.domain, f.name) for f in model.functions] == [(snake.DOMAIN, snake.OP)]
-    for name in (FRONT_GRAPH, FEATURES_GRAPH):  # the Snake activations are the generator's alone
-        assert "Snake" not in {node.op_type for node in onnx.load(str(model_dir / name)).graph.node}
+        for path in (front, features):  # the Snake activations are the generator's alone
+            assert "Snake" not in {node.op_type for node in onnx.load(str(path)).graph.node}, path.name
 
 
 SENTENCES = [
@@ -146,17 +143,7 @@ def test_the_fused_generator_speaks_as_the_graph_does(model_dir: Path) -> None:
     """Whole sentences through the graphs the server runs on this CPU, with and without the kernel: within the int8
     model's own noise floor of each other (its audio moves 0.5 dB log-mel with a 1e-7 nudge of its input;
     docs/engine.md), and Whisper hears every word of both."""
-    int8 = exact_int8_dot_products()
-    graphs = (
-        (FRONT_GRAPH_VNNI, FEATURES_GRAPH_VNNI, DECODER_GRAPH_VNNI)
-        if int8
-        else (
-            FRONT_GRAPH,
-            FEATURES_GRAPH,
-            DECODER_GRAPH,
-        )
-    )
-    paths = tuple(model_dir / name for name in graphs)
+    paths = WeightLayout(model_dir).stage_graphs(int8=exact_int8_dot_products())
     fused = OnnxStages(*paths, threads=2, priors=model_dir / NORM_PRIORS)
     plain = OnnxStages(*paths, threads=2, priors=model_dir / NORM_PRIORS, fused_snake=False)
     layout = WeightLayout(model_dir)
@@ -177,7 +164,7 @@ def test_the_stages_say_whether_the_generator_runs_the_kernel(model_dir: Path) -
     # The kernel is a CPU one: with a GPU provider the graph's own operators run where the provider puts them.
     assert snake.usable(("CPUExecutionProvider",))
     assert not snake.usable(("CUDAExecutionProvider", "CPUExecutionProvider"))
-    graphs = [model_dir / name for name in (FRONT_GRAPH, FEATURES_GRAPH, DECODER_GRAPH)]
+    graphs = WeightLayout(model_dir).stage_graphs()
     assert OnnxStages(*graphs, threads=1).fused_snake
     assert not OnnxStages(*graphs, threads=1, fused_snake=False).fused_snake
 

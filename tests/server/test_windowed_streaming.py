@@ -7,7 +7,8 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
@@ -16,7 +17,7 @@ from kokoro_tts.engine.windows import WindowPlan
 from support.idle import wait_idle
 from support.inproc_server import RunningServer
 from support.ws_client import Transcript, first_audio, receive_until
-from websockets.asyncio.client import connect
+from websockets.asyncio.client import ClientConnection, connect
 
 # One chunk (under MAX_CHUNK_CHARS, no sentence break): about 12 s of speech, so many windows.
 LONG_SENTENCE = (
@@ -62,14 +63,24 @@ def utterance_tags(jobs: list[JobRecord]) -> list[str]:
     return tags
 
 
-async def test_first_audio_leaves_after_one_window_job(server: RunningServer, small_windows: None) -> None:
-    engine = server.engine
-    await wait_idle(engine)
+@asynccontextmanager
+async def long_sentence_speaking(
+    server: RunningServer,
+) -> AsyncIterator[tuple[ClientConnection, Transcript, float, float]]:
+    """An idle engine, then a session saying LONG_SENTENCE ("long"), inside its first audio: the socket, its
+    transcript so far, when it started (loop time, for ``jobs_since``) and when its first audio arrived."""
+    await wait_idle(server.engine)
     since = time.monotonic()
     async with connect(server.ws_url) as ws:
         await ws.send(json.dumps({"text": LONG_SENTENCE, "id": "long"}))
         transcript = Transcript()
         arrived = await first_audio(ws, transcript)
+        yield ws, transcript, since, arrived
+
+
+async def test_first_audio_leaves_after_one_window_job(server: RunningServer, small_windows: None) -> None:
+    engine = server.engine
+    async with long_sentence_speaking(server) as (ws, transcript, since, arrived):
         await receive_until(ws, transcript, lambda f: f["type"] == "synthesis_complete")
     (tag,) = utterance_tags(jobs_since(engine, since))
     windows = windows_of(jobs_since(engine, since), tag)
@@ -84,12 +95,7 @@ async def test_first_audio_leaves_after_one_window_job(server: RunningServer, sm
 
 async def test_cancel_takes_effect_within_one_window(server: RunningServer, small_windows: None) -> None:
     engine = server.engine
-    await wait_idle(engine)
-    since = time.monotonic()
-    async with connect(server.ws_url) as ws:
-        await ws.send(json.dumps({"text": LONG_SENTENCE, "id": "long"}))
-        transcript = Transcript()
-        await first_audio(ws, transcript)
+    async with long_sentence_speaking(server) as (ws, transcript, since, _):
         cancelled_at = time.monotonic()
         await ws.send(json.dumps({"type": "cancel"}))
         await receive_until(ws, transcript, lambda f: f["type"] == "cancelled" and f.get("id") == "long")
@@ -105,12 +111,9 @@ async def test_cancel_takes_effect_within_one_window(server: RunningServer, smal
 async def long_then_short(server: RunningServer, before_short: Callable[[float], Awaitable[object]]) -> list[JobRecord]:
     """One session speaks LONG_SENTENCE; once its first audio is out and ``before_short(since)`` has returned,
     another says "Hello there."; the jobs run from the start (``since``, loop time) until both are complete."""
-    await wait_idle(server.engine)
-    since = time.monotonic()
-    async with connect(server.ws_url) as first, connect(server.ws_url) as second:
-        await first.send(json.dumps({"text": LONG_SENTENCE, "id": "long"}))
-        first_transcript, second_transcript = Transcript(), Transcript()
-        await first_audio(first, first_transcript)  # the long sentence is now streaming window by window
+    second_transcript = Transcript()
+    # Once its first audio is out, the long sentence streams window by window.
+    async with long_sentence_speaking(server) as (first, first_transcript, since, _), connect(server.ws_url) as second:
         await before_short(since)
         await second.send(json.dumps({"text": "Hello there.", "id": "short"}))
         await asyncio.gather(

@@ -7,11 +7,12 @@ import contextlib
 import re
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
+import pytest
 import uvicorn
 from kokoro_client.session import AudioEvent, ControlEvent, SessionOptions, TransportCode, TTSEvent, TTSTransportError
 from voice_agent.app import create_app
@@ -91,6 +92,23 @@ async def invoke(url: str, payload: dict[str, Any], timeout_s: float = 90.0) -> 
     """All events of one invocation, through the SSE consumer."""
     async with asyncio.timeout(timeout_s):
         return [event async for event in post_sse(f"{url}/invocations", payload, timeout_s=timeout_s)]
+
+
+async def cancel_once_seen[T](stream: AsyncIterator[T], seen: Callable[[T], bool], timeout_s: float = 10) -> None:
+    """Iterates ``stream`` in a task until an item ``seen`` accepts, then cancels the task, as AgentCore does when
+    the caller goes away; the cancel must end the task."""
+    got_one = asyncio.Event()
+
+    async def consume() -> None:
+        async for item in stream:
+            if seen(item):
+                got_one.set()
+
+    task = asyncio.create_task(consume())
+    await asyncio.wait_for(got_one.wait(), timeout_s)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
 
 
 def types(events: list[Event]) -> list[str]:

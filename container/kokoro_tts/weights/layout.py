@@ -48,6 +48,7 @@ FRONT_GRAPH_VNNI = "kokoro-stage-front-prosody-vnni.onnx"
 FEATURES_GRAPH_VNNI = "kokoro-stage-features-pooled-vnni.onnx"
 DECODER_GRAPH_VNNI = "kokoro-stage-generator-pooled-snake-vnni.onnx"
 NORM_PRIORS = "kokoro-norm-priors.npz"
+StagePaths = tuple[Path, Path, Path]  # front, features, generator: the order they run in
 # What earlier derivations left, which derive-stages removes: the first cut (the whole decoder windowed), a front
 # with the export's STFT, generators normalising over their own frames only, fronts that made the generator's input
 # features for the whole chunk, the generator-only priors, and generators without their Snake nodes.
@@ -205,6 +206,15 @@ class WeightLayout:
 
     def __repr__(self) -> str:
         return f"WeightLayout({str(self.root)!r})"
+
+    def stage_graphs(self, *, int8: bool = False) -> StagePaths:
+        """The three stage graphs: as exported, or (``int8``) the build for 8-bit dot products."""
+        names = (
+            (FRONT_GRAPH_VNNI, FEATURES_GRAPH_VNNI, DECODER_GRAPH_VNNI)
+            if int8
+            else (FRONT_GRAPH, FEATURES_GRAPH, DECODER_GRAPH)
+        )
+        return self.root / names[0], self.root / names[1], self.root / names[2]
 
     def voice_path(self, name: str) -> Path:
         return self.voices_dir / f"{name}.bin"

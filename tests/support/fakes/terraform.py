@@ -129,12 +129,48 @@ def apply_deployment(v: dict[str, Any], state_path: Path) -> None:
     else:
         sm.create_endpoint(EndpointName=ENDPOINT, EndpointConfigName=config)
     # aws_appautoscaling_target and _policy, after the endpoint they refer to: registered (again).
+    register_autoscaling(scaling, int(v["min_instance_count"]), int(v["max_instance_count"]))
+    outputs = {
+        "endpoint_name": ENDPOINT,
+        "endpoint_arn": f"arn:aws:sagemaker:{region}:{ACCOUNT}:endpoint/{ENDPOINT}",
+        "sagemaker_model_name": model,
+        "instance_type": wanted,
+        "agent_runtime_arn": f"arn:aws:bedrock-agentcore:{region}:{ACCOUNT}:runtime/kokoro_tts_agent-AbCdE12345",
+    }
+    save(
+        state_path,
+        outputs,
+        ["aws_sagemaker_endpoint.this", "aws_appautoscaling_target.this", "aws_cloudformation_stack.runtime"],
+    )
+
+
+def create_endpoint(sm: Any, model: str, config: str, image: str) -> None:
+    """An endpoint named as the module names it, on ``config`` (one ml.m5.large) serving ``model`` from ``image``,
+    as a test's starting point."""
+    sm.create_model(
+        ModelName=model,
+        ExecutionRoleArn=f"arn:aws:iam::{ACCOUNT}:role/kokoro-tts-sagemaker",
+        PrimaryContainer={"Image": image},
+    )
+    # moto rejects ml.g5 types (terraform/README.md): the instance type is not the point where this is used.
+    variant = {
+        "VariantName": "AllTraffic",
+        "ModelName": model,
+        "InstanceType": "ml.m5.large",
+        "InitialInstanceCount": 1,
+    }
+    sm.create_endpoint_config(EndpointConfigName=config, ProductionVariants=[variant])
+    sm.create_endpoint(EndpointName=ENDPOINT, EndpointConfigName=config)
+
+
+def register_autoscaling(scaling: Any, minimum: int, maximum: int) -> None:
+    """aws_appautoscaling_target and _policy as the deployment module declares them."""
     scaling.register_scalable_target(
         ServiceNamespace="sagemaker",
         ResourceId=VARIANT,
         ScalableDimension=DIMENSION,
-        MinCapacity=int(v["min_instance_count"]),
-        MaxCapacity=int(v["max_instance_count"]),
+        MinCapacity=minimum,
+        MaxCapacity=maximum,
     )
     scaling.put_scaling_policy(
         PolicyName="kokoro-tts-concurrent-requests",
@@ -148,18 +184,6 @@ def apply_deployment(v: dict[str, Any], state_path: Path) -> None:
                 "PredefinedMetricType": "SageMakerVariantConcurrentRequestsPerModelHighResolution"
             },
         },
-    )
-    outputs = {
-        "endpoint_name": ENDPOINT,
-        "endpoint_arn": f"arn:aws:sagemaker:{region}:{ACCOUNT}:endpoint/{ENDPOINT}",
-        "sagemaker_model_name": model,
-        "instance_type": wanted,
-        "agent_runtime_arn": f"arn:aws:bedrock-agentcore:{region}:{ACCOUNT}:runtime/kokoro_tts_agent-AbCdE12345",
-    }
-    save(
-        state_path,
-        outputs,
-        ["aws_sagemaker_endpoint.this", "aws_appautoscaling_target.this", "aws_cloudformation_stack.runtime"],
     )
 
 

@@ -73,24 +73,13 @@ class Backend(Protocol):
 
 
 def load_backend(settings: Settings) -> Backend:
-    from kokoro_tts.weights.layout import (
-        DECODER_GRAPH,
-        DECODER_GRAPH_VNNI,
-        FEATURES_GRAPH,
-        FEATURES_GRAPH_VNNI,
-        FRONT_GRAPH,
-        FRONT_GRAPH_VNNI,
-        NORM_PRIORS,
-        WeightLayout,
-    )
+    from kokoro_tts.weights.layout import NORM_PRIORS, WeightLayout
 
     layout = WeightLayout(settings.model_dir)
     if settings.backend == "onnx":
         from kokoro_tts.engine.backends.onnx import OnnxBackend
 
-        root = layout.root
-        stages = (root / FRONT_GRAPH, root / FEATURES_GRAPH, root / DECODER_GRAPH)
-        int8_stages = (root / FRONT_GRAPH_VNNI, root / FEATURES_GRAPH_VNNI, root / DECODER_GRAPH_VNNI)
+        stages, int8_stages = layout.stage_graphs(), layout.stage_graphs(int8=True)
         have_stages = all(path.is_file() for path in stages)
         if not have_stages:
             log.warning("the layout has no stage graphs (kokoro-weights derive-stages): whole chunks, no windows")
