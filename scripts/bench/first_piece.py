@@ -6,8 +6,14 @@ second, then ``flush``. Two real servers run side by side, each idle while the o
 interleaved: as shipped (``KOKORO_FIRST_PIECE_MS`` default: the policy) and sentence by sentence
 (``KOKORO_FIRST_PIECE_MS=0``). Per run: the first audio after the first token, the silence a player starting then
 hears before the end (``underruns``), and the whole reply's word error rate by Whisper base (scripts/listener.py)
-and, where ``distillmos`` is installed, its DistillMOS. Writes bench/results/first_piece.json (docs/engine.md
-quotes it); absolute times depend on the machine and its load: compare the two servers within one run.
+and, where ``distillmos`` is installed, its DistillMOS.
+
+Then the cuts alone, without the noise of windowed decoding: for each of many short replies (``CUT_REPLIES``), the
+pieces the policy makes of it at 6 tokens per second and its sentences, each piece synthesized whole
+(``KOKORO_WINDOWED=0``, the same audio every run), heard by Whisper and scored by DistillMOS side by side.
+
+Writes bench/results/first_piece.json (docs/engine.md quotes it); absolute times depend on the machine and its load:
+compare the two servers within one run.
 """
 
 from __future__ import annotations
@@ -22,23 +28,55 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import httpx
 import numpy as np
 from kokoro_client.audio import BYTES_PER_SECOND, SAMPLE_RATE
 from kokoro_client.local_ws import ws_url
 from kokoro_client.protocol import Append, Flush, SynthesisComplete, encode, parse_server_frame
+from kokoro_tts.text.fragments import EarlyCut, FragmentBuffer, TextPiece
 from voice_agent.scripted_model import DEFAULT_REPLY, tokenize
 from websockets.asyncio.client import connect
 
 from scripts.listener import WhisperListener, word_errors
 
 from .client import REPO, local_server, machine, underruns
-from .texts import FIRST_PIECE_REPLY, REPLY
+from .texts import FIRST_PIECE_REPLY, REPLY, SEGMENTS
 
 REPLIES = {"35-token first sentence": FIRST_PIECE_REPLY, "scripted default": DEFAULT_REPLY, "customer reply": REPLY}
 QUICK = ("35-token first sentence", "scripted default")  # --quick: a loaded 2-core machine's half hour
 RATES = (6.0, 15.0, 60.0)
 SERVERS = {"policy": {}, "sentences": {"KOKORO_FIRST_PIECE_MS": "0"}}
 JITTER = 0.3
+# Two sentences each: the transport texts paired, the 35-token first sentence's reply and the customer reply.
+CUT_REPLIES = (*(f"{a} {b}" for a, b in zip(SEGMENTS[::2], SEGMENTS[1::2], strict=True)), FIRST_PIECE_REPLY, REPLY)
+CUT_RATE = 6.0
+SHIPPED = EarlyCut(0.6)  # KOKORO_FIRST_PIECE_MS's default
+
+
+class _Clock:
+    now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def cut_as_streamed(fragments: list[str], tokens_per_s: float, early: EarlyCut | None) -> list[tuple[float, TextPiece]]:
+    """The pieces a session makes of ``fragments`` arriving one every 1/``tokens_per_s`` s, each with when it was
+    cut: its buffer is woken at its ``due`` between fragments, as a session's timer wakes it."""
+    clock = _Clock()
+    buffer = FragmentBuffer(early, clock)
+    out: list[tuple[float, TextPiece]] = []
+    for i, fragment in enumerate(fragments):
+        arrives = i / tokens_per_s
+        while (due := buffer.due) is not None and due <= arrives:
+            clock.now = max(clock.now, due)
+            pieces = buffer.cut()
+            out += [(clock.now, piece) for piece in pieces]
+            if not pieces:
+                break  # too few whole words yet: the next fragment decides
+        clock.now = arrives
+        out += [(clock.now, piece) for piece in buffer.append(fragment)]
+    return out + [(clock.now, piece) for piece in buffer.end()]
 
 
 async def _stream(url: str, reply: str, tokens_per_s: float, rng: random.Random) -> dict[str, Any]:
@@ -103,6 +141,42 @@ def _summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def cuts_alone(listener: WhisperListener, mos: Any) -> dict[str, Any]:
+    """Each of ``CUT_REPLIES`` as the policy cuts it at ``CUT_RATE`` and as sentences, synthesized piece by piece
+    whole: Whisper's edits and DistillMOS of both."""
+    rows = []
+    with local_server(env={"KOKORO_WINDOWED": "0"}) as url, httpx.Client(timeout=120) as client:
+
+        def spoken(pieces: list[str]) -> dict[str, Any]:
+            audio = []
+            for text in pieces:
+                response = client.post(f"{url}/invocations", json={"text": text, "format": "pcm"})
+                response.raise_for_status()
+                audio.append(np.frombuffer(response.content, dtype="<i2"))
+            pcm = np.concatenate(audio)
+            edits, _ = word_errors(" ".join(pieces), listener.transcribe(pcm))
+            return {"pieces": pieces, "edits": edits, "mos": mos(pcm) if mos else None}
+
+        for reply in CUT_REPLIES:
+            row = {
+                server: spoken([piece.text for _, piece in cut_as_streamed(tokenize(reply), CUT_RATE, early)])
+                for server, early in (("policy", SHIPPED), ("sentences", None))
+            }
+            rows.append(row)
+            print("cuts", " / ".join(row["policy"]["pieces"]), {k: (v["edits"], v["mos"]) for k, v in row.items()})
+    summary: dict[str, Any] = {
+        server: {"edits": sum(row[server]["edits"] for row in rows)} for server in ("policy", "sentences")
+    }
+    if mos:
+        differences = [row["policy"]["mos"] - row["sentences"]["mos"] for row in rows]
+        summary["mos_difference"] = {
+            "mean": round(statistics.mean(differences), 3),
+            "median": round(statistics.median(differences), 3),
+            "stdev": round(statistics.stdev(differences), 3),
+        }
+    return {"tokens_per_s": CUT_RATE, "summary": summary, "replies": rows}
+
+
 async def run(trials: int, replies: dict[str, str]) -> dict[str, Any]:
     listener, mos = WhisperListener.shared(), _mos_scorer()
     rng = random.Random(36)
@@ -117,8 +191,11 @@ async def run(trials: int, replies: dict[str, str]) -> dict[str, Any]:
                     for server, url in urls.items():  # the same jitter for both, one after the other
                         run_ = await _stream(url, reply, rate, random.Random(seed))
                         pcm = run_.pop("pcm")
-                        edits, words = word_errors(reply, listener.transcribe(pcm))
+                        heard = listener.transcribe(pcm)
+                        edits, words = word_errors(reply, heard)
                         run_.update(edits=edits, words=words, mos=mos(pcm) if mos else None)
+                        if edits:  # what was misheard, to tell the policy's cut from the listener's noise
+                            run_["heard"] = heard
                         cell[server].append(run_)
                         print(name, rate, server, {k: v for k, v in run_.items()}, flush=True)
     table = {
@@ -133,6 +210,7 @@ async def run(trials: int, replies: dict[str, str]) -> dict[str, Any]:
         "servers": SERVERS,
         "results": table,
         "runs": results,
+        "cuts": cuts_alone(listener, mos),
     }
 
 

@@ -17,6 +17,7 @@ from kokoro_tts.text.normalize import normalize
 from kokoro_tts.text.phonemes import clean_text_mapped
 from voice_agent.scripted_model import DEFAULT_REPLY, tokenize
 
+from scripts.bench.first_piece import cut_as_streamed
 from scripts.bench.texts import FIRST_PIECE_REPLY, LONG_FIRST
 
 REPLIES = [
@@ -122,22 +123,9 @@ class _Clock:
 
 
 def _timed(text: str, cuts: list[int], tokens_per_s: float, early: EarlyCut | None) -> list[tuple[float, TextPiece]]:
-    """The pieces of ``text`` sent as the tokens ``cuts`` makes at ``tokens_per_s``, each with when it was cut; the
-    buffer is woken at its ``due`` between tokens, as a session's timer does."""
-    clock = _Clock()
-    buffer = FragmentBuffer(early, clock)
-    out: list[tuple[float, TextPiece]] = []
-    for i, (start, end) in enumerate(zip([0, *cuts], [*cuts, len(text)], strict=True)):
-        arrives = i / tokens_per_s
-        while (due := buffer.due) is not None and due <= arrives:
-            clock.now = max(clock.now, due)
-            pieces = buffer.cut()
-            out += [(clock.now, piece) for piece in pieces]
-            if not pieces:
-                break  # too few whole words yet: the next token decides
-        clock.now = arrives
-        out += [(clock.now, piece) for piece in buffer.append(text[start:end])]
-    return out + [(clock.now, piece) for piece in buffer.end()]
+    """The pieces of ``text`` sent as the tokens ``cuts`` makes at ``tokens_per_s``, each with when it was cut."""
+    fragments = [text[start:end] for start, end in zip([0, *cuts], [*cuts, len(text)], strict=True)]
+    return cut_as_streamed(fragments, tokens_per_s, early)
 
 
 def _token_cuts(text: str) -> list[int]:
@@ -177,6 +165,19 @@ def test_a_stalled_stream_is_spoken_at_the_deadline_and_never_in_pieces_too_shor
     clock.now = 5.0  # the first piece's audio has played: later pieces are cut at clause ends only
     assert buffer.append(" order for") == []
     assert buffer.append(" you, then") == [TextPiece("that order for you,", 13)]
+
+
+def test_an_early_cut_never_ends_on_a_word_that_leans_on_the_next() -> None:
+    clock = _Clock()
+    buffer = FragmentBuffer(EarlyCut(0.6), clock)
+    assert buffer.append("He reads the ") == []
+    clock.now = 0.7
+    assert buffer.cut() == []  # not "He reads the" / "news", nor "He reads": too short
+    assert buffer.append("news on ") == [TextPiece("He reads the news", 0)]
+    buffer = FragmentBuffer(EarlyCut(0.6), clock := _Clock())
+    assert buffer.append("We checked and, ") == []
+    clock.now = 0.7
+    assert buffer.cut() == [TextPiece("We checked and,", 0)]  # a clause end is a clause end, whatever the word
 
 
 @pytest.mark.parametrize("text", REPLIES)

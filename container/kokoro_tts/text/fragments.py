@@ -11,14 +11,15 @@ a place where normalization (normalize.py) reads the two sides as it reads them 
 Each piece is the client's own text (its spaces kept) with its offset in everything the client sent for the
 utterance, so word timestamps index the concatenated text.
 
-With an ``EarlyCut`` policy, a slow stream is not left silent while its sentence is written: once the first sentence
-end has not come within ``wait_s`` of the first fragment, the text so far is spoken as a clause (up to its last
-comma, semicolon, colon or dash) or else a phrase (up to its last whole word), never fewer than ``min_words`` words
-and never inside a word, a number or markup; after that, a piece waits for its sentence end for as long as the audio
-already cut (estimated from its length) keeps playing, and is then cut at a clause end only (with audio playing, a
-phrase cut off at any word costs more than it saves). A fast stream ends its sentences before either deadline and
-is cut at sentence ends only, as without the policy. ``due`` says when the next such cut is decided, so that a
-session can wake for it when no fragment comes (a stalled stream); docs/engine.md has the measurement behind it.
+With an ``EarlyCut`` policy, a slow stream is not left silent while its sentence is written: once the first sentence end
+has not come within ``wait_s`` of the first fragment, the text so far is spoken as a clause (up to its last comma,
+semicolon, colon or dash) or else a phrase (up to its last whole word that does not lean on the next, as "the", "to" or
+"is" do), never fewer than ``min_words`` words and never inside a word, a number or markup; after that, a piece waits
+for its sentence end for as long as the audio already cut (estimated from its length) keeps playing, and is then cut at
+a clause end only (with audio playing, a phrase cut off at any word costs more than it saves). A fast stream ends its
+sentences before either deadline and is cut at sentence ends only, as without the policy. ``due`` says when the next
+such cut is decided, so that a session can wake for it when no fragment comes (a stalled stream); docs/engine.md has the
+measurement behind it.
 """
 
 from __future__ import annotations
@@ -38,6 +39,17 @@ _CLAUSE_END = re.compile(r"[,;:–—]$")  # a word that ends a clause
 _DASH = re.compile(r"[-–—]+")  # a dash standing alone: the clause ends before it
 _DIGIT_END = re.compile(r"\d\W*$")
 _TRIES = 8  # places an early cut looks at, at most, before it waits for the next fragment
+# Words that lean on the next one (articles, possessives, prepositions, conjunctions, auxiliaries, subject
+# pronouns): a piece ending on one is heard cut inside its phrase ("He reads the" / "news on his phone"), and
+# Whisper misheard such seams (docs/engine.md); a piece cut early ends before it instead.
+_LEANS_ON_NEXT = frozenset(
+    """a an the my your his her its our their this that these those
+    to of in on at by for from with without into onto about over under after before through during between
+    and or but nor so if than as because while when where whether which who whose
+    is are was were be been being am has have had do does did will would shall should can could may might must
+    i we they he she""".split()
+)
+_NOT_LETTERS = re.compile(r"[^\w']+")
 
 
 @dataclass(frozen=True)
@@ -172,10 +184,14 @@ def _unfinished(piece: str) -> bool:
 
 
 def _cuttable(text: str, words: list[re.Match[str]], i: int) -> bool:
-    """Whether a piece may end after ``words[i]``: a space follows it (the word cannot grow), and it does not end a
-    number that the next word may go on ("Jan 5, 2025", "1 000": the next word is known and starts with no digit)."""
+    """Whether a piece may end after ``words[i]``: a space follows it (the word cannot grow), it ends a clause or
+    does not lean on the next word, and it does not end a number that the next word may go on ("Jan 5, 2025",
+    "1 000": the next word is known and starts with no digit)."""
     end = words[i].end()
     if end == len(text) or not text[end].isspace():
+        return False
+    word = words[i].group()
+    if not _CLAUSE_END.search(word) and _NOT_LETTERS.sub("", word).lower() in _LEANS_ON_NEXT:
         return False
     if not _DIGIT_END.search(words[i].group()):
         return True
