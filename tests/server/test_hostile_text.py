@@ -16,6 +16,7 @@ import unicodedata
 import pytest
 from support.idle import wait_idle
 from support.inproc_server import RunningServer
+from support.timing import freeze_heap
 
 from scripts.hostile_text import (
     ASCII_TWIN,
@@ -59,6 +60,7 @@ def slow_pings(probe: PingProbe, flights: list[Flight]) -> list[str]:
 
 async def run(server: RunningServer, jobs: list[tuple[str, Case]], bounds: Bounds, concurrency: int = 1) -> None:
     flights: list[Flight] = []
+    freeze_heap()
     with PingProbe(server.base_url) as probe:
         retry = 120.0 if concurrency == 1 else 0.0  # eight at once: server_busy is an answer
         settled: list[float] = []

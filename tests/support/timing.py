@@ -3,6 +3,7 @@
 Thread CPU time leaves out what other processes on a shared machine take; the GC is off as in ``timeit``, because a
 full collection lands in whichever step happens to allocate past the threshold (in the test process the in-process
 server froze its long-lived objects, so full collections come often) and would be charged to that step alone.
+``freeze_heap`` is for tests that time the in-process server's answers.
 """
 
 from __future__ import annotations
@@ -29,6 +30,15 @@ def best_cpu_times(*steps: Callable[[], object], tries: int = 5) -> list[float]:
         if was_enabled:
             gc.enable()
     return best
+
+
+def freeze_heap() -> None:
+    """Take what earlier tests left in this process out of the cyclic GC, as the server takes its own long-lived
+    objects out at start (server/app.py): a full collection then scans what the test makes, not the suite's
+    history. A served process holds the server alone; here such a scan stops the in-process server's threads too,
+    and a /ping measured meanwhile would be charged with it."""
+    gc.collect()
+    gc.freeze()
 
 
 def best_cpu_time(step: Callable[[], object], tries: int = 5) -> float:
