@@ -53,8 +53,11 @@ CUT_RATE = 6.0
 SHIPPED = EarlyCut(0.6)  # KOKORO_FIRST_PIECE_MS's default
 
 
-class _Clock:
-    now = 0.0
+class ManualClock:
+    """A clock that stands where it is set: a ``FragmentBuffer``'s, to replay a stream's timing."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
 
     def __call__(self) -> float:
         return self.now
@@ -63,7 +66,7 @@ class _Clock:
 def cut_as_streamed(fragments: list[str], tokens_per_s: float, early: EarlyCut | None) -> list[tuple[float, TextPiece]]:
     """The pieces a session makes of ``fragments`` arriving one every 1/``tokens_per_s`` s, each with when it was
     cut: its buffer is woken at its ``due`` between fragments, as a session's timer wakes it."""
-    clock = _Clock()
+    clock = ManualClock()
     buffer = FragmentBuffer(early, clock)
     out: list[tuple[float, TextPiece]] = []
     for i, fragment in enumerate(fragments):

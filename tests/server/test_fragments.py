@@ -17,7 +17,7 @@ from kokoro_tts.text.normalize import normalize
 from kokoro_tts.text.phonemes import clean_text_mapped
 from voice_agent.scripted_model import DEFAULT_REPLY, tokenize
 
-from scripts.bench.first_piece import cut_as_streamed
+from scripts.bench.first_piece import ManualClock, cut_as_streamed
 from scripts.bench.texts import FIRST_PIECE_REPLY, LONG_FIRST
 
 REPLIES = [
@@ -114,14 +114,6 @@ def test_a_piece_never_ends_inside_markup_that_is_still_open() -> None:
 LONG_REPLY = FIRST_PIECE_REPLY
 
 
-class _Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def _timed(text: str, cuts: list[int], tokens_per_s: float, early: EarlyCut | None) -> list[tuple[float, TextPiece]]:
     """The pieces of ``text`` sent as the tokens ``cuts`` makes at ``tokens_per_s``, each with when it was cut."""
     fragments = [text[start:end] for start, end in zip([0, *cuts], [*cuts, len(text)], strict=True)]
@@ -155,7 +147,7 @@ def test_a_fast_stream_is_cut_at_sentence_ends_only() -> None:
 
 
 def test_a_stalled_stream_is_spoken_at_the_deadline_and_never_in_pieces_too_short() -> None:
-    clock = _Clock()
+    clock = ManualClock()
     buffer = FragmentBuffer(EarlyCut(0.6), clock)
     assert buffer.append("Let me") == [] and buffer.due == pytest.approx(0.6)
     clock.now = 0.7
@@ -168,13 +160,13 @@ def test_a_stalled_stream_is_spoken_at_the_deadline_and_never_in_pieces_too_shor
 
 
 def test_an_early_cut_never_ends_on_a_word_that_leans_on_the_next() -> None:
-    clock = _Clock()
+    clock = ManualClock()
     buffer = FragmentBuffer(EarlyCut(0.6), clock)
     assert buffer.append("He reads the ") == []
     clock.now = 0.7
     assert buffer.cut() == []  # not "He reads the" / "news", nor "He reads": too short
     assert buffer.append("news on ") == [TextPiece("He reads the news", 0)]
-    buffer = FragmentBuffer(EarlyCut(0.6), clock := _Clock())
+    buffer = FragmentBuffer(EarlyCut(0.6), clock := ManualClock())
     assert buffer.append("We checked and, ") == []
     clock.now = 0.7
     assert buffer.cut() == [TextPiece("We checked and,", 0)]  # a clause end is a clause end, whatever the word

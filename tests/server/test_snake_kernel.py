@@ -143,10 +143,10 @@ def test_the_fused_generator_speaks_as_the_graph_does(model_dir: Path) -> None:
     """Whole sentences through the graphs the server runs on this CPU, with and without the kernel: within the int8
     model's own noise floor of each other (its audio moves 0.5 dB log-mel with a 1e-7 nudge of its input;
     docs/engine.md), and Whisper hears every word of both."""
-    paths = WeightLayout(model_dir).stage_graphs(int8=exact_int8_dot_products())
+    layout = WeightLayout(model_dir)
+    paths = layout.stage_graphs(int8=exact_int8_dot_products())
     fused = OnnxStages(*paths, threads=2, priors=model_dir / NORM_PRIORS)
     plain = OnnxStages(*paths, threads=2, priors=model_dir / NORM_PRIORS, fused_snake=False)
-    layout = WeightLayout(model_dir)
     voices, phonemizer = VoiceBank(layout), Phonemizer(layout.config()["vocab"])
     listener = WhisperListener.shared()
     for text in SENTENCES:

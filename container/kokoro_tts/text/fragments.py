@@ -193,7 +193,7 @@ def _cuttable(text: str, words: list[re.Match[str]], i: int) -> bool:
     word = words[i].group()
     if not _CLAUSE_END.search(word) and _NOT_LETTERS.sub("", word).lower() in _LEANS_ON_NEXT:
         return False
-    if not _DIGIT_END.search(words[i].group()):
+    if not _DIGIT_END.search(word):
         return True
     return i + 1 < len(words) and not words[i + 1].group()[0].isdigit()
 

@@ -13,6 +13,7 @@ import onnxruntime as ort
 from kokoro_tts.engine.backends import ChunkInput
 from kokoro_tts.engine.backends.ort_sessions import RUN_OPTIONS, SessionPair, exact_int8_dot_products
 from kokoro_tts.engine.backends.stages import OnnxStages
+from kokoro_tts.weights.layout import StagePaths
 
 log = logging.getLogger(__name__)
 
@@ -32,9 +33,9 @@ class OnnxBackend:
         model_path: Path,
         device: str = "auto",
         threads: int = 0,
-        stage_paths: tuple[Path, Path, Path] | None = None,
+        stage_paths: StagePaths | None = None,
         workers: int = 0,
-        int8_stage_paths: tuple[Path, Path, Path] | None = None,
+        int8_stage_paths: StagePaths | None = None,
         norm_priors: Path | None = None,
         fused_snake: bool = True,
     ) -> None:
