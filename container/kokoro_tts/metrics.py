@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import weakref
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
@@ -21,6 +22,8 @@ from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import Collector
 from starlette.requests import Request
 from starlette.responses import Response
+
+from kokoro_tts.engine.events import Completed, Ending, Stopped
 
 if TYPE_CHECKING:
     from kokoro_tts.engine.synthesis import TTSEngine
@@ -112,6 +115,24 @@ def audio_sent(route: str, audio_ms: float) -> None:
 def error(route: str, code: str) -> None:
     ERRORS.labels(route, str(code)).inc()
     utterance_log.info("error answered: %s", code, extra={"route": route, "code": str(code)})
+
+
+@dataclass(frozen=True)
+class RouteMeter:
+    """What an utterance's run reports (engine/runs.py's ``Meter``), counted under the door's route. A refusal is
+    counted where the door answers it (``error``), with the refusals that never reach a run."""
+
+    route: str
+
+    def first_audio(self, seconds: float) -> None:
+        first_audio(self.route, seconds)
+
+    def ended(self, ending: Ending, audio_ms: float) -> None:
+        audio_sent(self.route, audio_ms)
+        if isinstance(ending, Completed):
+            utterance_completed(self.route, ending.audio_ms, ending.synth_ms, ending.first_audio_s)
+        elif isinstance(ending, Stopped):
+            utterance_cancelled(self.route)
 
 
 # --- the engine's state, read at scrape time ------------------------------------------------------------------

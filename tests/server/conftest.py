@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from kokoro_tts.sessions import core
+from kokoro_tts.engine import runs
 from kokoro_tts.weights.layout import WeightLayout
 
 from scripts.weights.derive import derive_torch
@@ -22,4 +23,4 @@ def torch_layout(model_dir: Path) -> WeightLayout:
 def frame_per_window(monkeypatch: pytest.MonkeyPatch) -> None:
     """Sessions send each vocoder window as one binary frame, not cut into half seconds, for tests that count the
     engine's windows by the frames they hear."""
-    monkeypatch.setattr(core, "FRAME_SAMPLES", 10**9)
+    monkeypatch.setattr(runs, "SESSION", replace(runs.SESSION, frame_samples=None))

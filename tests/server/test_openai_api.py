@@ -8,6 +8,8 @@ import base64
 import io
 import json
 import re
+from collections.abc import AsyncGenerator
+from contextlib import aclosing
 from pathlib import Path
 from typing import Any
 
@@ -134,18 +136,16 @@ def test_a_livekit_style_sse_request(server: RunningServer) -> None:
 def test_an_error_after_the_stream_started_is_its_last_event(
     server: RunningServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import kokoro_tts.routes.openai
+    """The synthesis fails after its first chunk: the stream has started, so the error is its last event."""
+    engine = server.engine
+    stream = engine.stream
 
-    calls = []
-    chunk_events = kokoro_tts.routes.openai._chunk_events
+    async def failing_after_the_first(request: Any, due: float | None = None) -> AsyncGenerator[Any]:
+        async with aclosing(stream(request, due)) as chunks:
+            yield await anext(chunks)
+        raise TTSError(ErrorCode.SHUTTING_DOWN, "The server is shutting down; retry on another instance.")
 
-    def failing_second(chunk: Any, *rest: Any) -> list[dict[str, Any]]:
-        calls.append(chunk)
-        if len(calls) == 2:
-            raise TTSError(ErrorCode.SHUTTING_DOWN, "The server is shutting down; retry on another instance.")
-        return chunk_events(chunk, *rest)
-
-    monkeypatch.setattr(kokoro_tts.routes.openai, "_chunk_events", failing_second)
+    monkeypatch.setattr(engine, "stream", failing_after_the_first)
     body = {"input": "Thanks for waiting. Your order shipped today.", "response_format": "pcm", "stream_format": "sse"}
     response = httpx.post(f"{server.base_url}/v1/audio/speech", json=body, timeout=60)
     assert response.status_code == 200

@@ -1,5 +1,6 @@
 """The session core and its dialects stay composed: a dialect reaches the core only through its public methods
-(sessions/core.py), so a change inside the core cannot silently change a wire protocol. Read with ast, nothing run."""
+(sessions/core.py), so a change inside the core cannot silently change a wire protocol; and the doors only render
+what the engine's run (engine/runs.py) decides. Read with ast, nothing run."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import ast
 import inspect
 from pathlib import Path
 
+import kokoro_tts
 import pytest
 from kokoro_tts.sessions import bidi, core, deepgram
 from kokoro_tts.sessions.bidi import BidiDialect
@@ -14,6 +16,9 @@ from kokoro_tts.sessions.core import Dialect, Session
 from kokoro_tts.sessions.deepgram import DeepgramDialect
 
 DIALECT_MODULES = [Path(bidi.__file__), Path(deepgram.__file__)]
+SERVER = Path(kokoro_tts.__file__).parent
+# The engine's capacity, which only its run (engine/runs.py) consults: the caps, the stream slots, the expected wait.
+ADMISSION = {"slots", "waiting", "http_streams", "admit", "acquire", "try_acquire", "reclaim", "lend", "Pace"}
 
 
 def foreign_private_attributes(source: str) -> list[str]:
@@ -57,3 +62,36 @@ def test_the_core_knows_no_wire_protocol_frames() -> None:
     assert "kokoro_client.deepgram" not in imported
     assert not [name for name in imported if name.startswith("kokoro_tts.sessions.")]
     assert imported.get("kokoro_client.protocol", set()) <= {"CLOSE_NORMAL", "CLOSE_GOING_AWAY", "WordTiming"}
+
+
+def admission_decisions(source: str) -> list[str]:
+    """Each use of the engine's capacity in ``source``, as ``line: expression``."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        name = node.attr if isinstance(node, ast.Attribute) else node.id if isinstance(node, ast.Name) else None
+        if name in ADMISSION:
+            found.append(f"{node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def test_the_admission_check_catches_a_door_that_decides() -> None:
+    source = "async def f(engine):\n    engine.scheduler.admit(3.0)\n    await engine.slots.acquire(f, 1)\n"
+    assert admission_decisions(source) == [
+        "2: engine.scheduler.admit",
+        "3: engine.slots.acquire",
+        "3: engine.slots",
+    ]
+
+
+@pytest.mark.parametrize(
+    "path",
+    sorted(p for room in ("routes", "sessions", "server") for p in (SERVER / room).glob("*.py")),
+    ids=lambda path: f"{path.parent.name}/{path.name}",
+)
+def test_no_door_makes_an_admission_decision(path: Path) -> None:
+    assert admission_decisions(path.read_text()) == []
+
+
+def test_the_dialect_interface_is_a_handful_of_members() -> None:
+    members = {name for name in vars(Dialect) if not name.startswith("_")}
+    assert len(members) <= 5, members

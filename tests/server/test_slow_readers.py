@@ -141,7 +141,7 @@ async def test_a_ws_client_reading_a_fifth_of_real_time_through_big_buffers_is_c
         await reading
         assert one_stream.fell_behind == 1
         # By what its socket took alone, over a minute: the sockets hold ~220 KB and its library 16 frames more. By
-        # its answers, its library's 16 frames (half a second each: sessions/core.py's FRAME_SAMPLES) and the
+        # its answers, its library's 16 frames (half a second each: engine/runs.py's FRAME_SAMPLES) and the
         # margins: ~15 s on an idle 2-core machine (the frames' pace is synthesis's).
         assert caught_s < 30, caught_s
         frames = await frames_to_the_end(slow, "slow")  # it reads on at full speed: all it was sent, then told

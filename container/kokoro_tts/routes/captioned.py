@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import AsyncGenerator, AsyncIterator
-from contextlib import aclosing
 from typing import Any
 
 from kokoro_client.errors import ErrorCode, TTSError
@@ -24,9 +22,9 @@ from kokoro_client.protocol import WordTiming
 from starlette.requests import Request
 from starlette.responses import Response
 
-from kokoro_tts.engine.synthesis import AudioChunk
+from kokoro_tts.engine.events import Audio, Completed, Ending, Event, Words
 from kokoro_tts.routes.openai import SpeechBody, speech_body
-from kokoro_tts.routes.streaming import engine_of, first_then, json_body, read_body, stream_speech
+from kokoro_tts.routes.streaming import SpeechResponse, engine_of, json_body, read_body
 
 CAPTIONED_PATH = "/dev/captioned_speech"
 
@@ -39,45 +37,48 @@ async def captioned_speech(request: Request) -> Response:
     if not isinstance(stream, bool | None):
         raise TTSError(ErrorCode.INVALID_MESSAGE, "'stream' must be true or false.")
     stream = stream is not False
-
-    def render(first: AudioChunk, rest: AsyncGenerator[AudioChunk]) -> AsyncIterator[bytes]:
-        pieces = _pieces(first, rest, body)
-        return _lines(pieces) if stream else _whole(pieces, body)
-
+    utterance = body.utterance(body.output(), word_timestamps=True)
     media_type = "application/x-ndjson" if stream else "application/json"
-    headers = {"X-Sample-Rate": str(body.sample_rate)}
-    return await stream_speech(request, engine, body.speech, render, media_type, headers)
+    render = (_Lines if stream else _Whole)(body).render
+    return SpeechResponse(engine, utterance, render, media_type, {"X-Sample-Rate": str(body.sample_rate)})
 
 
-async def _lines(pieces: AsyncIterator[dict[str, Any]]) -> AsyncIterator[bytes]:
-    async for piece in pieces:
-        yield (json.dumps(piece, ensure_ascii=False) + "\n").encode()
+class _Lines:
+    """One line per piece of audio with bytes; the words of a piece the encoder kept back wait for the next bytes."""
+
+    def __init__(self, body: SpeechBody) -> None:
+        self._body, self._words = body, list[dict[str, Any]]()
+
+    def render(self, event: Event | Ending) -> bytes:
+        match event:
+            case Words(words=words):
+                self._words += [_timestamp(word, self._body.tempo) for word in words]
+            case Audio(data=data):
+                return self._line(data)
+            case Completed() if self._words:
+                return self._line(b"")
+        return b""
+
+    def _line(self, data: bytes) -> bytes:
+        piece, self._words = _piece(data, self._body, self._words), []
+        return (json.dumps(piece, ensure_ascii=False) + "\n").encode()
 
 
-async def _whole(pieces: AsyncIterator[dict[str, Any]], body: SpeechBody) -> AsyncIterator[bytes]:
+class _Whole:
     """``"stream": false``: one object with the whole audio and every word, sent when the last piece is made."""
-    audio, words = bytearray(), []
-    async for piece in pieces:
-        audio += base64.b64decode(piece["audio"])
-        words += piece["timestamps"]
-    yield json.dumps(_piece(bytes(audio), body, words), ensure_ascii=False).encode()
 
+    def __init__(self, body: SpeechBody) -> None:
+        self._body, self._audio, self._words = body, bytearray(), list[dict[str, Any]]()
 
-async def _pieces(
-    first: AudioChunk, rest: AsyncGenerator[AudioChunk], body: SpeechBody
-) -> AsyncIterator[dict[str, Any]]:
-    """One object per chunk with audio bytes; words of a chunk the encoder kept back wait for the next bytes."""
-    encoder = body.output()
-    words: list[dict[str, Any]] = []
-
-    async with aclosing(first_then(first, rest)) as chunks:
-        async for chunk in chunks:
-            words += [_timestamp(word, body.tempo) for word in chunk.words]
-            if data := await encoder.encode(chunk.pcm):
-                yield _piece(data, body, words)
-                words = []
-    if (data := await encoder.finish()) or words:
-        yield _piece(data, body, words)
+    def render(self, event: Event | Ending) -> bytes:
+        match event:
+            case Words(words=words):
+                self._words += [_timestamp(word, self._body.tempo) for word in words]
+            case Audio(data=data):
+                self._audio += data
+            case Completed():
+                return json.dumps(_piece(bytes(self._audio), self._body, self._words), ensure_ascii=False).encode()
+        return b""
 
 
 def _piece(audio: bytes, body: SpeechBody, words: list[dict[str, Any]]) -> dict[str, Any]:

@@ -13,13 +13,11 @@ from __future__ import annotations
 import base64
 import logging
 import math
-from collections.abc import AsyncGenerator, AsyncIterator
-from contextlib import aclosing
 from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
-from kokoro_client.errors import INTERNAL_ERROR_MESSAGE, ErrorCode, TTSError, quoted
+from kokoro_client.errors import ErrorCode, TTSError, quoted
 from kokoro_client.protocol import WordTiming
 from sse_starlette import JSONServerSentEvent
 from starlette.requests import Request
@@ -28,18 +26,12 @@ from starlette.responses import JSONResponse, Response
 from kokoro_tts.audio.encoding import AudioFormat, OffLoopEncoder, audio_format, make_encoder, output_rate
 from kokoro_tts.audio.tempo import TempoStretcher, split_speed
 from kokoro_tts.engine.backends.stages import SAMPLES_PER_FRAME
+from kokoro_tts.engine.events import Audio, Completed, Ending, Event, Refused, Words
 from kokoro_tts.engine.requests import SpeechRequest, speed_within
-from kokoro_tts.engine.synthesis import AudioChunk, TTSEngine
+from kokoro_tts.engine.synthesis import TTSEngine
+from kokoro_tts.engine.utterances import Pieces, Utterance
 from kokoro_tts.routes import streaming
-from kokoro_tts.routes.streaming import (
-    Render,
-    encoded,
-    engine_of,
-    first_then,
-    json_body,
-    read_body,
-    stream_speech,
-)
+from kokoro_tts.routes.streaming import SpeechResponse, audio_only, engine_of, json_body, read_body
 
 log = logging.getLogger(__name__)
 
@@ -130,6 +122,11 @@ class SpeechBody:
         """A fresh encoder for this body's audio (stretched, resampled and encoded off the event loop)."""
         return OffLoopEncoder(lambda: _Output(self.fmt, self.tempo, self.sample_rate))
 
+    def utterance(self, output: Output, *, word_timestamps: bool) -> Utterance:
+        """The body's speech as one utterance, its audio through ``output``."""
+        pieces = Pieces.whole(self.speech)
+        return Utterance("http", pieces, self.fmt, self.sample_rate, word_timestamps, encoder=output)
+
 
 def speech_body(engine: TTSEngine, fields: dict[str, Any]) -> SpeechBody:
     """OpenAI's speech fields (``model``, ``input``, ``voice``, ``speed``, ``response_format``, ``sample_rate``)
@@ -196,20 +193,11 @@ async def speech(request: Request) -> Response:
     engine = engine_of(request)
     params = _speech_params(engine, json_body(await read_body(request, engine)))
     body = params.body
+    output = body.output()
+    utterance = body.utterance(output, word_timestamps=params.word_timestamps)
     media_type = "text/event-stream" if params.sse else body.content_type
-    headers = {"X-Sample-Rate": str(body.sample_rate)}
-    return await stream_speech(request, engine, body.speech, _render(params), media_type, headers)
-
-
-def _render(params: _SpeechParams) -> Render:
-    def render(first: AudioChunk, rest: AsyncGenerator[AudioChunk]) -> AsyncIterator[bytes]:
-        output = params.body.output()
-        if params.sse:
-            usage = _Usage(input_tokens=params.body.input_chars)
-            return _sse_events(first, rest, output, usage, params.word_timestamps, params.body.tempo)
-        return encoded(first, rest, output)
-
-    return render
+    render = _SSE(output, _Usage(input_tokens=body.input_chars), body.tempo).render if params.sse else audio_only
+    return SpeechResponse(engine, utterance, render, media_type, {"X-Sample-Rate": str(body.sample_rate)})
 
 
 class _Output:
@@ -265,37 +253,28 @@ def audio_words(words: tuple[WordTiming, ...], tempo: float) -> dict[str, Any]:
     return {"type": "speech.audio.words", "words": timed}
 
 
-async def _chunk_events(chunk: AudioChunk, output: Output, words: bool, tempo: float) -> list[dict[str, Any]]:
-    """The events one synthesized chunk adds to the stream: its words (if asked for), then its audio (what the
-    encoder has ready)."""
-    events = [audio_words(chunk.words, tempo)] if words and chunk.words else []
-    if data := await output.encode(chunk.pcm):
-        events.append(audio_delta(data))
-    return events
+@dataclass
+class _SSE:
+    """The events of ``stream_format`` "sse": the words (if asked for) and the audio as they come, then
+    ``speech.audio.done`` with the usage, or an ``error`` event when the synthesis fails after the stream started."""
 
+    output: Output
+    usage: _Usage
+    tempo: float
 
-async def _sse_events(
-    first: AudioChunk, rest: AsyncGenerator[AudioChunk], output: Output, usage: _Usage, words: bool, tempo: float
-) -> AsyncIterator[bytes]:
-    try:
-        async with aclosing(first_then(first, rest)) as chunks:
-            async for chunk in chunks:
-                for event in await _chunk_events(chunk, output, words, tempo):
-                    yield _encode(event)
-    except TTSError as error:  # the response has started: the error travels as the stream's last event
-        yield _encode({"type": "error", "error": openai_error(error)})
-        return
-    except Exception:
-        log.exception("synthesis failed while its SSE stream was being sent")
-        yield _encode(
-            {"type": "error", "error": openai_error(TTSError(ErrorCode.INTERNAL_ERROR, INTERNAL_ERROR_MESSAGE))}
-        )
-        return
-    if data := await output.finish():
-        yield _encode(audio_delta(data))
-    model_samples = output.encoder.model_samples if output.encoder else 0
-    usage.output_tokens = math.ceil(model_samples / SAMPLES_PER_FRAME)
-    yield _encode(audio_done(usage))
+    def render(self, event: Event | Ending) -> bytes:
+        match event:
+            case Words(words=words):
+                return _encode(audio_words(words, self.tempo))
+            case Audio(data=data):
+                return _encode(audio_delta(data))
+            case Completed():
+                model_samples = self.output.encoder.model_samples if self.output.encoder else 0
+                self.usage.output_tokens = math.ceil(model_samples / SAMPLES_PER_FRAME)
+                return _encode(audio_done(self.usage))
+            case Refused(error=error):
+                return _encode({"type": "error", "error": openai_error(error)})
+        return b""
 
 
 def _encode(event: dict[str, Any]) -> bytes:

@@ -10,17 +10,11 @@ from kokoro_client.errors import ErrorCode, TTSError, quoted
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from kokoro_tts.audio.encoding import AudioFormat, audio_format, off_loop_encoder, output_rate
+from kokoro_tts.audio.encoding import AudioFormat, audio_format, output_rate
 from kokoro_tts.engine.requests import SpeechRequest
 from kokoro_tts.engine.synthesis import TTSEngine
-from kokoro_tts.routes.streaming import (
-    encoded,
-    engine_of,
-    json_body,
-    read_body,
-    stream_speech,
-    utf8,
-)
+from kokoro_tts.engine.utterances import Pieces, Utterance
+from kokoro_tts.routes.streaming import SpeechResponse, audio_only, engine_of, json_body, read_body, utf8
 
 
 async def ping(request: Request) -> Response:
@@ -100,7 +94,7 @@ async def invocations(request: Request) -> Response:
     engine = engine_of(request)
     body = await read_body(request, engine)
     invocation = Invocation.parse(engine, _invocation_fields(request, body))
-    return await _stream(request, engine, invocation)
+    return _spoken(engine, invocation)
 
 
 def _invocation_fields(request: Request, body: bytes) -> dict[str, Any]:
@@ -115,13 +109,7 @@ def _invocation_fields(request: Request, body: bytes) -> dict[str, Any]:
     )
 
 
-async def _stream(request: Request, engine: TTSEngine, invocation: Invocation) -> Response:
+def _spoken(engine: TTSEngine, invocation: Invocation) -> Response:
     fmt, rate = invocation.fmt, invocation.sample_rate
-    return await stream_speech(
-        request,
-        engine,
-        invocation.speech,
-        lambda first, rest: encoded(first, rest, off_loop_encoder(fmt, rate)),
-        fmt.content_type(rate),
-        {"X-Sample-Rate": str(rate)},
-    )
+    utterance = Utterance("http", Pieces.whole(invocation.speech), fmt, rate)
+    return SpeechResponse(engine, utterance, audio_only, fmt.content_type(rate), {"X-Sample-Rate": str(rate)})

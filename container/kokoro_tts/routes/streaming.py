@@ -1,5 +1,5 @@
 """What every synthesis route shares: the request body read within its bounds, the engine (or why there is none),
-and ``stream_speech``, which streams one utterance as an HTTP response.
+and ``SpeechResponse``, which speaks one utterance as an HTTP response through a route's ``Render``.
 
 Every POST route streams: the first chunk is synthesized before the response starts (so a request with nothing
 speakable still gets a 4xx), then each later chunk's bytes leave as soon as they exist. Work is done only for a
@@ -12,22 +12,18 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import time
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
-from contextlib import aclosing
-from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any
 
-from kokoro_client.errors import INTERNAL_ERROR_MESSAGE, ErrorCode, TTSError
+from kokoro_client.errors import ErrorCode, TTSError
 from starlette.requests import ClientDisconnect, Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, Response
 
 from kokoro_tts import metrics
-from kokoro_tts.audio.encoding import OffLoopEncoder
-from kokoro_tts.engine.capacity import Pace
-from kokoro_tts.engine.requests import SpeechRequest
-from kokoro_tts.engine.scheduler import Interrupted, unless
-from kokoro_tts.engine.synthesis import AudioChunk, TTSEngine
+from kokoro_tts.engine.events import Audio, Ending, Event, Refused, Started, Stopped
+from kokoro_tts.engine.runs import Stream
+from kokoro_tts.engine.synthesis import TTSEngine
+from kokoro_tts.engine.utterances import Utterance
 
 log = logging.getLogger(__name__)
 
@@ -93,194 +89,75 @@ def json_body(body: bytes) -> dict[str, Any]:
     return value
 
 
-# The response body, from the first chunk (already synthesized) and the chunks after it.
-Render = Callable[[AudioChunk, AsyncGenerator[AudioChunk]], AsyncIterator[bytes]]
+# A route's body: the bytes that a run's event, or its ending, add to the response (b"": none).
+Render = Callable[[Event | Ending], bytes]
 
 
-async def stream_speech(
-    request: Request,
-    engine: TTSEngine,
-    speech: SpeechRequest,
-    render: Render,
-    media_type: str,
-    headers: dict[str, str] | None = None,
-) -> Response:
-    """Synthesize the first chunk (a 4xx if there is nothing to speak, ``ClientGone`` if the client leaves first),
-    then stream ``render``'s bytes; the synthesis stops and the HTTP slot is freed however the response ends."""
-    engine.scheduler.admit(engine.settings.max_first_audio_wait_s)  # server_busy when too far behind already
-    route, started = metrics.route_of(request.url.path), time.perf_counter()
-    stream = _Stream(engine)  # holds the HTTP slot, then a stream slot; freed when the response ends, however
-    try:
-        with engine.waiting.hold():
-            await _admitted(request, engine, stream)
-            chunks = engine.stream(speech)
-            first = await _first_chunk(request, chunks)
-    except BaseException:
-        stream.release()
-        raise
-    if first is None:
-        stream.release()
-        raise TTSError(ErrorCode.NOTHING_TO_SPEAK, "The text has nothing that can be spoken in this voice.")
-    first_audio_s = time.perf_counter() - started
-    metrics.first_audio(route, first_audio_s)
-    tally = _Tally(route, first_audio_s)
-    tally.add(first)
-    body = tally.until_done(render(first, tally.counting(chunks)))
-    headers = {**(headers or {}), "Cache-Control": "no-store"}
-    return _SynthesisResponse(stream, chunks, tally, body, media_type=media_type, headers=headers)
+def audio_only(event: Event | Ending) -> bytes:
+    """The body of a route that sends the audio alone."""
+    return event.data if isinstance(event, Audio) else b""
 
 
-class _Stream:
-    """An HTTP synthesis's hold on the engine's caps: an HTTP stream at once (``server_busy`` past the cap), and a
-    stream slot before its first audio (``_admitted``)."""
+class SpeechResponse(Response):
+    """Speaks ``utterance`` as the response (engine/runs.py's run on an HTTP stream), its body from ``render``.
 
-    def __init__(self, engine: TTSEngine) -> None:
-        self.engine = engine
-        engine.http_streams.acquire()
-        self._released = False
-
-    def release(self) -> None:
-        if not self._released:
-            self._released = True
-            self.engine.slots.release(self)
-            self.engine.http_streams.release()
-
-
-async def _admitted(request: Request, engine: TTSEngine, stream: _Stream) -> None:
-    """Returns once ``stream`` holds a stream slot (engine/capacity.py): ``server_busy`` past the bounded wait,
-    ``ClientGone`` if the client leaves while it waits."""
-    if engine.slots.try_acquire(stream):  # a free slot: no wait to race against the client leaving
-        return
-    try:
-        await unless(engine.slots.acquire(stream, engine.settings.max_first_audio_wait_s), _disconnected(request))
-    except Interrupted:
-        metrics.utterance_cancelled(metrics.route_of(request.url.path))
-        log.info("a client left while waiting for a stream slot")
-        raise ClientGone from None
-
-
-@dataclass
-class _Tally:
-    """What a streamed response has sent, for its metrics when it ends."""
-
-    route: str
-    first_audio_s: float
-    audio_ms: float = 0.0
-    synth_ms: float = 0.0
-    done: bool = False
-
-    def add(self, chunk: AudioChunk) -> None:
-        self.audio_ms += chunk.audio_ms
-        self.synth_ms += chunk.synth_ms
-
-    async def counting(self, chunks: AsyncGenerator[AudioChunk]) -> AsyncGenerator[AudioChunk]:
-        async with aclosing(chunks):
-            async for chunk in chunks:
-                self.add(chunk)
-                yield chunk
-
-    async def until_done(self, body: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
-        async for data in body:
-            yield data
-        self.done = True
-
-    def ended(self) -> None:
-        metrics.audio_sent(self.route, self.audio_ms)
-        if self.done:
-            metrics.utterance_completed(self.route, self.audio_ms, self.synth_ms, self.first_audio_s)
-        else:
-            metrics.utterance_cancelled(self.route)
-
-
-class _SynthesisResponse(StreamingResponse):
-    """Starlette stops the body when the client disconnects while it streams; this also ends the synthesis and
-    frees the stream's slots, however the response ends (even if it never started). Its client must read the audio
-    about as fast as it plays (engine/capacity.py's ``Pace``): one that falls further behind gives its stream slot
-    up and its body is cut off without its end (HTTP/1.1: the connection closes before the last chunk; HTTP/2: the
-    stream is reset), so the client sees a failed response, never a short one that looks whole."""
+    The response starts at the first audio, so everything before it (server_busy, nothing_to_speak) is raised for
+    the route's error path and a client that left gets nothing (``ClientGone``). After it, a refusal the body can carry
+    (SSE's error event) ends the body; any other, or a client that falls behind its audio (slow_reader: the stream's
+    slot went to another caller), cuts the body off without its end (HTTP/1.1: the connection closes before the last
+    chunk; HTTP/2: the stream is reset), so the client sees a failed response, never a short one that looks whole."""
 
     def __init__(
-        self, stream: _Stream, chunks: AsyncGenerator[AudioChunk], tally: _Tally, *args: Any, **kwargs: Any
+        self,
+        engine: TTSEngine,
+        utterance: Utterance,
+        render: Render,
+        media_type: str,
+        headers: dict[str, str] | None = None,
     ) -> None:
-        super().__init__(*args, **kwargs)
-        self._stream, self._chunks, self._tally = stream, chunks, tally
+        self.engine, self.utterance, self.body_of = engine, utterance, render
+        self.status_code, self.media_type, self.background = 200, media_type, None
+        self.init_headers({**(headers or {}), "Cache-Control": "no-store"})
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        route = metrics.route_of(scope["path"])
+        stream = Stream.for_http(self.engine, metrics.RouteMeter(route))  # server_busy past the HTTP cap
+        started = False
+
+        async def out(event: Event) -> None:
+            nonlocal started
+            if isinstance(event, Started):
+                await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
+                started = True
+            elif data := self.body_of(event):
+                await send({"type": "http.response.body", "body": data, "more_body": True})
+
+        watching = asyncio.create_task(_stop_when_gone(receive, self.utterance))
         try:
-            await super().__call__(scope, receive, send)
-        except (ClientDisconnect, OSError):  # the client left: counted as cancelled
-            raise
-        except Exception:
-            metrics.error(self._tally.route, ErrorCode.INTERNAL_ERROR)
-            raise
+            ending = await stream.speak(self.utterance, out)
         finally:
-            try:
-                self._tally.ended()
-                await self._chunks.aclose()
-            finally:
-                self._stream.release()
-
-    async def stream_response(self, send: Any) -> None:
-        await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
-        engine, loop = self._stream.engine, asyncio.get_running_loop()
-        pace = Pace(engine.slots, self._stream, engine.settings.stream_lag_s, cut_off=True, lends=True)
-        body, credited = aiter(self.body_iterator), 0.0
-        while True:
-            asked = loop.time()
-            await pace.ready()
-            data = await anext(body, None)
-            if data is None:
-                break
-            pace.waited(asked)
-            audio_s, credited = self._tally.audio_ms / 1000.0 - credited, self._tally.audio_ms / 1000.0
-            chunk = data if isinstance(data, bytes | memoryview) else data.encode(self.charset)
-            await pace.send(send({"type": "http.response.body", "body": chunk, "more_body": True}), audio_s)
-            if pace.behind:  # its slot is given up already: end without the body's end
-                metrics.error(self._tally.route, ErrorCode.SLOW_READER)
-                log.info("an HTTP synthesis was cut off: its client fell behind its audio (slow_reader)")
+            watching.cancel()
+            await asyncio.gather(watching, return_exceptions=True)
+            stream.close()
+        if isinstance(ending, Stopped):
+            if not started:
+                log.info("a client left before its first audio; its synthesis is dropped")
+                raise ClientGone
+            return
+        if isinstance(ending, Refused):
+            if not started:
+                raise ending.error
+            metrics.error(route, ending.error.code)
+            if ending.error.code is ErrorCode.SLOW_READER or not (data := self.body_of(ending)):
+                log.info("an HTTP synthesis was cut off: %s", ending.error.code)
                 return
-        await send({"type": "http.response.body", "body": b"", "more_body": False})
+        else:
+            data = self.body_of(ending)
+        await send({"type": "http.response.body", "body": data, "more_body": False})
 
 
-async def _first_chunk(request: Request, chunks: AsyncGenerator[AudioChunk]) -> AudioChunk | None:
-    """The first chunk, unless the client leaves first: then its synthesis is dropped and ``ClientGone`` raised."""
-    try:
-        return await unless(anext(chunks, None), _disconnected(request))
-    except Interrupted:
-        await chunks.aclose()
-        metrics.utterance_cancelled(metrics.route_of(request.url.path))
-        log.info("a client left before its first audio chunk; its synthesis is dropped")
-        raise ClientGone from None
-    except TTSError:
-        await chunks.aclose()
-        raise
-    except Exception:
-        await chunks.aclose()
-        log.exception("synthesis failed before the first chunk")
-        raise TTSError(ErrorCode.INTERNAL_ERROR, INTERNAL_ERROR_MESSAGE) from None
-
-
-async def _disconnected(request: Request) -> None:
-    while (await request.receive())["type"] != "http.disconnect":
+async def _stop_when_gone(receive: Any, utterance: Utterance) -> None:
+    """Stops ``utterance`` when its client leaves (its socket closed, its HTTP/2 stream reset)."""
+    while (await receive())["type"] != "http.disconnect":
         pass
-
-
-async def first_then(first: AudioChunk, rest: AsyncGenerator[AudioChunk]) -> AsyncGenerator[AudioChunk]:
-    """The first chunk (already synthesized), then the rest. A render closes it (``aclosing``) rather than leave it
-    to the collector, so the synthesis is over before the response's own cleanup runs."""
-    yield first
-    async with aclosing(rest):
-        async for chunk in rest:
-            yield chunk
-
-
-async def encoded(
-    first: AudioChunk, rest: AsyncGenerator[AudioChunk], encoder: OffLoopEncoder[Any]
-) -> AsyncIterator[bytes]:
-    """The chunks' audio through ``encoder``, the encoder's tail last."""
-    async with aclosing(first_then(first, rest)) as chunks:
-        async for chunk in chunks:
-            if data := await encoder.encode(chunk.pcm):
-                yield data
-    if data := await encoder.finish():
-        yield data
+    utterance.cancel()

@@ -62,7 +62,7 @@ def create_app(
             await websocket.close(code=CLOSE_TRY_AGAIN_LATER, reason="model loading; retry when GET /ping answers 200")
             return
         try:
-            engine.sessions.acquire()
+            session = Session(websocket, engine, dialect)  # server_busy when the server has all its sessions
         except TTSError as error:  # the close reason starts with the stable code
             metrics.error("ws", error.code)
             await websocket.accept()
@@ -70,13 +70,11 @@ def create_app(
                 code=CLOSE_TRY_AGAIN_LATER, reason=f"{error.code}: too many sessions; retry in a few seconds"
             )
             return
-        session = Session(websocket, engine, dialect)
         sessions.add(session)
         try:
             await session.run()
         finally:
             sessions.discard(session)
-            engine.sessions.release()
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:

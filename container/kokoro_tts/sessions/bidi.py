@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from kokoro_client.errors import ErrorCode, TTSError
@@ -31,7 +30,6 @@ from kokoro_client.protocol import (
     SynthesisStart,
     Synthesize,
     Words,
-    WordTiming,
     encode,
     is_set,
     parse_client_message,
@@ -39,9 +37,12 @@ from kokoro_client.protocol import (
 
 from kokoro_tts import metrics
 from kokoro_tts.audio.encoding import AudioFormat, audio_format, output_rate
+from kokoro_tts.engine.events import Audio, Completed, Refused, Started, Stopped
+from kokoro_tts.engine.events import Words as WordsSpoken
 from kokoro_tts.engine.requests import literal_option
+from kokoro_tts.engine.utterances import Pieces, Utterance
 from kokoro_tts.engine.voices import Voice
-from kokoro_tts.sessions.core import Pieces, Session, Spoken, Utterance
+from kokoro_tts.sessions.core import Finished, Session, SessionEvent, ShuttingDown
 from kokoro_tts.text.fragments import EarlyCut, FragmentBuffer, TextPiece
 
 
@@ -121,7 +122,7 @@ class BidiDialect:
         try:
             self._enqueue(utterance_id, command)
         except TTSError as error:
-            await self.refused(error, utterance_id)
+            await self._session.refuse(error, utterance_id)
 
     def _enqueue(self, utterance_id: str, command: Synthesize) -> None:
         session = self._session
@@ -154,7 +155,7 @@ class BidiDialect:
             try:
                 self._open = self._open_utterance(utterance_id, command)
             except TTSError as error:
-                await self.refused(error, utterance_id)
+                await self._session.refuse(error, utterance_id)
                 return
         elif command.id not in (None, self._open.utterance.id):
             raise TTSError(
@@ -175,7 +176,7 @@ class BidiDialect:
                 f"At most {limit} characters of an utterance may wait to be spoken; this append would make "
                 f"{unspoken}. Wait for its audio, or end sentences sooner.",
             )
-            await self.refused(too_long, open_.utterance.id)
+            await self._session.refuse(too_long, open_.utterance.id)
             return
         await self._add(open_, open_.buffer.append(command.text))
         self._arm(open_)
@@ -199,7 +200,7 @@ class BidiDialect:
 
     async def _add(self, open_: _Open, pieces: list[TextPiece]) -> None:
         for error in self._queue_pieces(open_, pieces):
-            await self.refused(error, open_.utterance.id)
+            await self._session.refuse(error, open_.utterance.id)
 
     def _queue_pieces(self, open_: _Open, pieces: list[TextPiece]) -> list[TTSError]:
         """Queues ``pieces`` to be spoken (at once, in order); the errors of those that cannot be."""
@@ -243,7 +244,7 @@ class BidiDialect:
 
     async def _refuse_all(self, errors: list[TTSError], utterance_id: str) -> None:
         for error in errors:
-            await self.refused(error, utterance_id)
+            await self._session.refuse(error, utterance_id)
 
     async def _flush(self, open_: _Open) -> None:
         self._open = None
@@ -275,38 +276,34 @@ class BidiDialect:
         literal = literal_option(command.literal) if is_set(command.literal) else self._defaults.literal
         self._defaults = _Defaults(voice, speed, fmt, rate, word_timestamps, literal)
 
-    # --- the session's events --------------------------------------------------------------------------------
+    # --- the session's events -----------------------------------------------------------------------------------
 
-    async def refused(self, error: TTSError, utterance_id: str | None = None) -> None:
-        metrics.error(self._session.route, error.code)
-        await self._send(Error.of(error, utterance_id))
-
-    async def started(self, utterance: Utterance) -> None:
-        await self._send(SynthesisStart(utterance.id, utterance.format.name, utterance.sample_rate))
-
-    async def words(self, utterance: Utterance, words: tuple[WordTiming, ...]) -> None:
-        await self._send(Words(utterance.id, words))
-
-    async def audio(self, utterance: Utterance, data: bytes) -> None:
-        await self._session.send_bytes(data)
-
-    async def completed(self, utterance: Utterance, spoken: Spoken) -> None:
-        await self._send(
-            SynthesisComplete(utterance.id, round(spoken.audio_ms, 1), round(spoken.synth_ms, 1), spoken.sent_bytes)
-        )
-
-    async def stopped(self, utterance: Utterance) -> None:
-        await self._send(Cancelled(utterance.id))
-
-    async def finished(self, utterance: Utterance) -> None:
-        if self._open is not None and self._open.utterance is utterance:  # it ended early (an error): no longer open
-            self._open.stop_timer()
-            self._open = None
-
-    async def shutting_down(self, unfinished: Sequence[Utterance]) -> None:
-        error = TTSError(ErrorCode.SHUTTING_DOWN, "The server is shutting down; this utterance was not finished.")
-        for utterance in unfinished:
-            await self.refused(error, utterance.id)
+    async def render(self, event: SessionEvent) -> None:
+        match event:
+            case Started(utterance=u):
+                await self._send(SynthesisStart(u.id, u.format.name, u.sample_rate))
+            case WordsSpoken(utterance=u, words=words):
+                await self._send(Words(u.id, words))
+            case Audio(data=data):
+                await self._session.send_bytes(data)
+            case Completed(utterance=u):
+                await self._send(
+                    SynthesisComplete(u.id, round(event.audio_ms, 1), round(event.synth_ms, 1), event.sent_bytes)
+                )
+            case Stopped(utterance=u):
+                await self._send(Cancelled(u.id))
+            case Refused(error=error, utterance_id=utterance_id):
+                await self._send(Error.of(error, utterance_id))
+            case Finished(utterance=u):
+                if self._open is not None and self._open.utterance is u:  # it ended early (an error): not open now
+                    self._open.stop_timer()
+                    self._open = None
+            case ShuttingDown(unfinished=unfinished):
+                error = TTSError(
+                    ErrorCode.SHUTTING_DOWN, "The server is shutting down; this utterance was not finished."
+                )
+                for u in unfinished:
+                    await self._send(Error.of(error, u.id))
 
     async def _send(self, frame: ServerFrame) -> None:
         await self._session.send_text(encode(frame))

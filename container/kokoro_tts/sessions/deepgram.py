@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import itertools
 import uuid
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass
 
 from kokoro_client.deepgram import (
     CLOSE_INVALID_PARAMETERS,
@@ -42,12 +42,13 @@ from kokoro_client.deepgram import (
     parse_command,
 )
 from kokoro_client.errors import ErrorCode, TTSError, quoted
-from kokoro_client.protocol import WordTiming
 
 from kokoro_tts.audio.encoding import AudioFormat, audio_format, output_rate
+from kokoro_tts.engine.events import Audio, Refused
 from kokoro_tts.engine.requests import literal_option
 from kokoro_tts.engine.synthesis import TTSEngine
-from kokoro_tts.sessions.core import Pieces, Session, Spoken, Utterance
+from kokoro_tts.engine.utterances import Pieces, Utterance
+from kokoro_tts.sessions.core import Finished, Session, SessionEvent, ShuttingDown
 from kokoro_tts.text.fragments import FragmentBuffer
 
 MODEL_VERSION = "kokoro-82m-v1.0"
@@ -108,12 +109,6 @@ def _voice(model: str | None, engine: TTSEngine) -> str:
     return engine.rules.voice(model).spec
 
 
-@dataclass
-class _Sentence(Utterance):
-    # Flushed and Cleared messages to send once this utterance's audio is sent (or stopped), in order.
-    after: list[Flushed | Cleared] = field(default_factory=list)
-
-
 class DeepgramDialect:
     """Deepgram's messages on a session (sessions/core.py's ``Dialect``)."""
 
@@ -123,6 +118,8 @@ class DeepgramDialect:
         self._ids = itertools.count(1)
         self._sequence = itertools.count()  # one count over Flush and Clear: each answer names its own
         self._options: SpeakOptions | None = None
+        # Flushed and Cleared answers to send once an utterance's audio is sent (or stopped), in order.
+        self._after: dict[Utterance, list[Flushed | Cleared]] = {}
 
     @property
     def route(self) -> str:
@@ -192,10 +189,10 @@ class DeepgramDialect:
                 text, self.options.voice, self.options.speed, literal=self.options.literal
             )
         except TTSError as error:  # this sentence only (emoji alone, say): the rest is still spoken
-            await self.refused(error)
+            await self._session.refuse(error)
             return
         pieces, options = Pieces.whole(request), self.options
-        self._session.enqueue(_Sentence(f"s{next(self._ids)}", pieces, options.format, options.sample_rate))
+        self._session.enqueue(Utterance(f"s{next(self._ids)}", pieces, options.format, options.sample_rate))
 
     async def _queue_rest(self) -> None:
         for rest in self._buffer.end():
@@ -206,8 +203,8 @@ class DeepgramDialect:
         await self._queue_rest()
         queued = self._session.queued
         last = queued[-1] if queued else self._session.in_flight
-        if isinstance(last, _Sentence):
-            last.after.append(answer)
+        if last is not None:
+            self._after.setdefault(last, []).append(answer)
         else:
             await self._send(answer)
 
@@ -216,43 +213,29 @@ class DeepgramDialect:
         self._buffer.end()
         in_flight = self._session.in_flight
         self._session.clear()  # the speaker stops waiting for its next window at once, then sends the answer
-        if isinstance(in_flight, _Sentence):
-            kept: list[Flushed | Cleared] = [m for m in in_flight.after if isinstance(m, Cleared)]
-            in_flight.after = [*kept, answer]
+        if in_flight is not None:
+            kept: list[Flushed | Cleared] = [m for m in self._after.get(in_flight, []) if isinstance(m, Cleared)]
+            self._after[in_flight] = [*kept, answer]
         else:
             await self._send(answer)
 
     # --- the session's events: audio frames only; the answers wait for the audio before them -------------------
 
-    async def refused(self, error: TTSError, utterance_id: str | None = None) -> None:
-        await self._send(WarningMessage.of(error))
-
-    async def started(self, utterance: Utterance) -> None:
-        pass
-
-    async def words(self, utterance: Utterance, words: tuple[WordTiming, ...]) -> None:
-        pass
-
-    async def audio(self, utterance: Utterance, data: bytes) -> None:
-        await self._session.send_bytes(data)
-
-    async def completed(self, utterance: Utterance, spoken: Spoken) -> None:
-        pass
-
-    async def stopped(self, utterance: Utterance) -> None:
-        pass
-
-    async def finished(self, utterance: Utterance) -> None:
-        if isinstance(utterance, _Sentence):
-            for answer in list(utterance.after):
-                await self._send(answer)
-
-    async def shutting_down(self, unfinished: Sequence[Utterance]) -> None:
-        if unfinished or self._buffer.pending_chars:
-            error = TTSError(
-                ErrorCode.SHUTTING_DOWN, "The server is shutting down; the text not yet spoken is dropped."
-            )
-            await self._send(ErrorMessage.of(error))
+    async def render(self, event: SessionEvent) -> None:
+        match event:
+            case Audio(data=data):
+                await self._session.send_bytes(data)
+            case Refused(error=error):
+                await self._send(WarningMessage.of(error))
+            case Finished(utterance=utterance):
+                for answer in self._after.pop(utterance, []):
+                    await self._send(answer)
+            case ShuttingDown(unfinished=unfinished):
+                if unfinished or self._buffer.pending_chars:
+                    error = TTSError(
+                        ErrorCode.SHUTTING_DOWN, "The server is shutting down; the text not yet spoken is dropped."
+                    )
+                    await self._send(ErrorMessage.of(error))
 
     async def _send(self, message: ServerMessage) -> None:
         await self._session.send_text(encode(message))
