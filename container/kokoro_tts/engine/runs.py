@@ -207,7 +207,6 @@ class Stream:
         if run.first_audio_s is None:
             nothing = TTSError(ErrorCode.NOTHING_TO_SPEAK, "The text has nothing that can be spoken in this voice.")
             return Refused(nothing, utterance.id)
-        assert utterance.encoder is not None
         if tail := await utterance.encoder.finish():
             await out(Audio(utterance, tail))
             run.sent_bytes += len(tail)
@@ -273,7 +272,6 @@ class _Run:
     async def send(self, chunk: AudioChunk, words: tuple[WordTiming, ...], pace: Pace, out: Out) -> None:
         """``chunk``'s audio, frame by frame, each frame's words (when asked for) before it."""
         utterance, encoder = self.utterance, self.utterance.encoder
-        assert encoder is not None
         chunk_start_ms, step = self.audio_ms, self._frame_samples or chunk.pcm.size
         for offset in range(0, chunk.pcm.size, step):
             pcm = chunk.pcm[offset : offset + step]

@@ -76,22 +76,25 @@ class Pieces:
 
 @dataclass(eq=False)
 class Utterance:
-    """One utterance as a door hands it to a run: its pieces, and the shape of its audio (``encoder``: by default the
-    format at the rate; a door that also stretches the audio brings its own)."""
+    """One utterance as a door hands it to a run: its pieces, and the shape of its audio (``encoder`` makes it: most
+    doors take ``in_format``'s; one that also stretches the audio brings its own)."""
 
     id: str
     pieces: Pieces
     format: AudioFormat
     sample_rate: int
+    encoder: OffLoopEncoder[Any]
     word_timestamps: bool = False  # the run reports which words start in each piece of audio (``Words``)
-    encoder: OffLoopEncoder[Any] | None = None
     cancelled: bool = False
     received: float = field(default_factory=time.perf_counter)  # when its request arrived: first audio counts from it
     stopping: asyncio.Event = field(default_factory=asyncio.Event)  # set with ``cancelled``: wakes the run
 
-    def __post_init__(self) -> None:
-        if self.encoder is None:
-            self.encoder = off_loop_encoder(self.format, self.sample_rate)
+    @classmethod
+    def in_format(
+        cls, id: str, pieces: Pieces, fmt: AudioFormat, sample_rate: int, *, word_timestamps: bool = False
+    ) -> Utterance:
+        """An utterance whose audio is ``fmt`` at ``sample_rate``, encoded off the event loop."""
+        return cls(id, pieces, fmt, sample_rate, off_loop_encoder(fmt, sample_rate), word_timestamps)
 
     def cancel(self) -> None:
         """Stops the utterance: queued, it is never spoken; in flight, its run ends within a window (``Stopped``)."""

@@ -39,46 +39,35 @@ async def captioned_speech(request: Request) -> Response:
     stream = stream is not False
     utterance = body.utterance(body.output(), word_timestamps=True)
     media_type = "application/x-ndjson" if stream else "application/json"
-    render = (_Lines if stream else _Whole)(body).render
+    render = _Captions(body, stream=stream).render
     return SpeechResponse(engine, utterance, render, media_type, {"X-Sample-Rate": str(body.sample_rate)})
 
 
-class _Lines:
-    """One line per piece of audio with bytes; the words of a piece the encoder kept back wait for the next bytes."""
+class _Captions:
+    """Streaming, one line per piece of audio with bytes (the words of a piece the encoder kept back wait for the next
+    bytes); with ``"stream": false``, one object with the whole audio and every word, once the last piece is made."""
 
-    def __init__(self, body: SpeechBody) -> None:
-        self._body, self._words = body, list[dict[str, Any]]()
+    def __init__(self, body: SpeechBody, *, stream: bool) -> None:
+        self._body, self._stream = body, stream
+        self._audio, self._words = bytearray(), list[dict[str, Any]]()
 
     def render(self, event: Event | Ending) -> bytes:
         match event:
             case Words(words=words):
                 self._words += [_timestamp(word, self._body.tempo) for word in words]
-            case Audio(data=data):
+            case Audio(data=data) if self._stream:
                 return self._line(data)
-            case Completed() if self._words:
-                return self._line(b"")
+            case Audio(data=data):
+                self._audio += data
+            case Completed() if self._stream:
+                return self._line(b"") if self._words else b""
+            case Completed():
+                return json.dumps(_piece(bytes(self._audio), self._body, self._words), ensure_ascii=False).encode()
         return b""
 
     def _line(self, data: bytes) -> bytes:
         piece, self._words = _piece(data, self._body, self._words), []
         return (json.dumps(piece, ensure_ascii=False) + "\n").encode()
-
-
-class _Whole:
-    """``"stream": false``: one object with the whole audio and every word, sent when the last piece is made."""
-
-    def __init__(self, body: SpeechBody) -> None:
-        self._body, self._audio, self._words = body, bytearray(), list[dict[str, Any]]()
-
-    def render(self, event: Event | Ending) -> bytes:
-        match event:
-            case Words(words=words):
-                self._words += [_timestamp(word, self._body.tempo) for word in words]
-            case Audio(data=data):
-                self._audio += data
-            case Completed():
-                return json.dumps(_piece(bytes(self._audio), self._body, self._words), ensure_ascii=False).encode()
-        return b""
 
 
 def _piece(audio: bytes, body: SpeechBody, words: list[dict[str, Any]]) -> dict[str, Any]:

@@ -125,7 +125,7 @@ class SpeechBody:
     def utterance(self, output: Output, *, word_timestamps: bool) -> Utterance:
         """The body's speech as one utterance, its audio through ``output``."""
         pieces = Pieces.whole(self.speech)
-        return Utterance("http", pieces, self.fmt, self.sample_rate, word_timestamps, encoder=output)
+        return Utterance("http", pieces, self.fmt, self.sample_rate, output, word_timestamps)
 
 
 def speech_body(engine: TTSEngine, fields: dict[str, Any]) -> SpeechBody:

@@ -111,5 +111,5 @@ def _invocation_fields(request: Request, body: bytes) -> dict[str, Any]:
 
 def _spoken(engine: TTSEngine, invocation: Invocation) -> Response:
     fmt, rate = invocation.fmt, invocation.sample_rate
-    utterance = Utterance("http", Pieces.whole(invocation.speech), fmt, rate)
+    utterance = Utterance.in_format("http", Pieces.whole(invocation.speech), fmt, rate)
     return SpeechResponse(engine, utterance, audio_only, fmt.content_type(rate), {"X-Sample-Rate": str(rate)})

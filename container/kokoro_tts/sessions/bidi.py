@@ -136,7 +136,11 @@ class BidiDialect:
             command.speed if command.speed is not None else self._defaults.speed,
             literal=command.literal if command.literal is not None else self._defaults.literal,
         )
-        session.enqueue(Utterance(utterance_id, Pieces.whole(request), fmt, rate, self._defaults.word_timestamps))
+        session.enqueue(
+            Utterance.in_format(
+                utterance_id, Pieces.whole(request), fmt, rate, word_timestamps=self._defaults.word_timestamps
+            )
+        )
 
     def _check_queue(self) -> None:
         queued = len(self._session.queued)
@@ -192,7 +196,9 @@ class BidiDialect:
         literal = literal_option(command.literal) if command.literal is not None else self._defaults.literal
         fmt = self._defaults.format
         rate = output_rate(fmt, command.sample_rate if command.sample_rate is not None else self._defaults.sample_rate)
-        utterance = Utterance(utterance_id, Pieces(), fmt, rate, self._defaults.word_timestamps)
+        utterance = Utterance.in_format(
+            utterance_id, Pieces(), fmt, rate, word_timestamps=self._defaults.word_timestamps
+        )
         wait_ms = session.settings.first_piece_ms
         buffer = FragmentBuffer(EarlyCut(wait_ms / 1000) if wait_ms > 0 else None, asyncio.get_running_loop().time)
         session.enqueue(utterance)

@@ -192,7 +192,7 @@ class DeepgramDialect:
             await self._session.refuse(error)
             return
         pieces, options = Pieces.whole(request), self.options
-        self._session.enqueue(Utterance(f"s{next(self._ids)}", pieces, options.format, options.sample_rate))
+        self._session.enqueue(Utterance.in_format(f"s{next(self._ids)}", pieces, options.format, options.sample_rate))
 
     async def _queue_rest(self) -> None:
         for rest in self._buffer.end():
