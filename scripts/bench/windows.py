@@ -98,10 +98,10 @@ def main() -> None:
                 pool = stages.norm_pool(VOICE, tokens, prosody)
 
                 def decode(
-                    start: int, stop: int, *, alone: bool, prosody: Prosody = prosody, pool: ChunkPool = pool
+                    start: int, stop: int, *, every_core: bool, prosody: Prosody = prosody, pool: ChunkPool = pool
                 ) -> np.ndarray:
                     decoded[0] += stop - start
-                    return stages.decode(prosody, start, stop, pool, alone=alone)
+                    return stages.decode(prosody, start, stop, pool, every_core=every_core)
 
                 decoded[1] += prosody.frames
                 # As the engine does: the first window is planned from the speed learnt on the chunks before.

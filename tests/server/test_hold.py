@@ -233,15 +233,15 @@ async def test_each_scheduler_job_is_one_phonemization_or_one_model_batch(server
     stages, spoken = engine.backend.stages, engine.phonemizer.spoken
     front, decode = stages.front, stages.decode
 
-    def run_front(tokens: list[int], style: Any, speed: float, *, alone: bool = True) -> Any:
+    def run_front(tokens: list[int], style: Any, speed: float, *, every_core: bool = True) -> Any:
         calls.append(("batch", len(tokens)))
-        return front(tokens, style, speed, alone=alone)
+        return front(tokens, style, speed, every_core=every_core)
 
     def run_window(
-        prosody: Any, start: int = 0, stop: int | None = None, pool: Any = None, *, alone: bool = True
+        prosody: Any, start: int = 0, stop: int | None = None, pool: Any = None, *, every_core: bool = True
     ) -> Any:
         calls.append(("window", (prosody.frames if stop is None else stop) - start))
-        return decode(prosody, start, stop, pool, alone=alone)
+        return decode(prosody, start, stop, pool, every_core=every_core)
 
     def phonemize(text: str, lang: str) -> Any:
         calls.append(("text", len(text)))

@@ -17,7 +17,7 @@ from kokoro_tts.weights.layout import DECODER_GRAPH, WeightLayout
 def test_a_job_alone_gets_every_core_and_jobs_side_by_side_one_each(model_dir: Path) -> None:
     # Two cores asked for explicitly, so the test means the same on any machine.
     pair = SessionPair(model_dir / DECODER_GRAPH, threads=2, parallel=2, providers=["CPUExecutionProvider"])
-    lone, beside = pair.get(alone=True), pair.get(alone=False)
+    lone, beside = pair.get(every_core=True), pair.get(every_core=False)
     assert lone is not beside
     assert lone.get_session_options().intra_op_num_threads == 2
     assert beside.get_session_options().intra_op_num_threads == 1
@@ -38,7 +38,7 @@ def test_a_job_alone_gets_every_core_and_jobs_side_by_side_one_each(model_dir: P
 
 def test_one_worker_or_a_set_thread_count_loads_the_graph_once(model_dir: Path) -> None:
     pair = SessionPair(model_dir / DECODER_GRAPH, threads=1, parallel=2, providers=["CPUExecutionProvider"])
-    assert pair.get(alone=True) is pair.get(alone=False)
+    assert pair.get(every_core=True) is pair.get(every_core=False)
 
 
 @pytest.mark.parametrize(

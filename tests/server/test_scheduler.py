@@ -18,7 +18,7 @@ async def one_busy_worker() -> AsyncIterator[tuple[DeadlineScheduler, threading.
     """A scheduler whose one worker runs a job until the gate is set: what is queued meanwhile waits its turn."""
     scheduler, gate = DeadlineScheduler(workers=1), threading.Event()
     scheduler.start()
-    blocker = asyncio.create_task(scheduler.run(lambda _alone: gate.wait(5), deadline=0))
+    blocker = asyncio.create_task(scheduler.run(lambda _every_core: gate.wait(5), deadline=0))
     await asyncio.sleep(0.05)  # the worker is now busy with the blocker
     try:
         yield scheduler, gate
@@ -36,9 +36,9 @@ async def test_earliest_deadline_runs_first_and_cancelled_jobs_are_skipped() -> 
         return name
 
     async with one_busy_worker() as (scheduler, gate):
-        late = asyncio.create_task(scheduler.run(lambda _alone: job("late reply chunk"), deadline=30))
-        dropped = asyncio.create_task(scheduler.run(lambda _alone: job("dropped"), deadline=5))
-        first = asyncio.create_task(scheduler.run(lambda _alone: job("new first chunk"), deadline=10))
+        late = asyncio.create_task(scheduler.run(lambda _every_core: job("late reply chunk"), deadline=30))
+        dropped = asyncio.create_task(scheduler.run(lambda _every_core: job("dropped"), deadline=5))
+        first = asyncio.create_task(scheduler.run(lambda _every_core: job("new first chunk"), deadline=10))
         await asyncio.sleep(0.05)
         dropped.cancel()
         gate.set()
@@ -51,11 +51,11 @@ async def test_a_failing_job_reaches_its_caller_and_the_worker_goes_on() -> None
     scheduler = DeadlineScheduler(workers=1)
     scheduler.start()
 
-    def boom(alone: bool) -> None:
+    def boom(every_core: bool) -> None:
         raise ValueError("bad chunk")
 
     failing = asyncio.create_task(scheduler.run(boom, deadline=0))
-    ok = asyncio.create_task(scheduler.run(lambda _alone: 42, deadline=1))
+    ok = asyncio.create_task(scheduler.run(lambda _every_core: 42, deadline=1))
     try:
         await failing
     except ValueError as exc:
@@ -73,7 +73,7 @@ async def test_admission_estimates_the_wait_from_the_queue_and_the_measured_job_
         length = 1.0 if i >= 40 - MEASURED else 9.0
         scheduler.history.append(JobRecord(f"u{i}", now, started=now - 100 + i, finished=now - 100 + i + length))
     assert scheduler.mean_job_s() == 1.0
-    queued = [asyncio.create_task(scheduler.run(lambda _alone: None, deadline=now)) for _ in range(3)]
+    queued = [asyncio.create_task(scheduler.run(lambda _every_core: None, deadline=now)) for _ in range(3)]
     await asyncio.sleep(0)
     assert scheduler.expected_wait_s() == pytest.approx(3.0)
     scheduler.admit(3.5)
@@ -94,7 +94,7 @@ async def test_share_counts_the_jobs_sharing_the_machine() -> None:
     # (vocoder_windows plans a window from that share of the decoder's speed), however many workers run them.
     scheduler = DeadlineScheduler(workers=2)  # not started: the jobs stay queued
     assert scheduler.share() == 1.0
-    queued = [asyncio.create_task(scheduler.run(lambda _alone: None, deadline=0)) for _ in range(5)]
+    queued = [asyncio.create_task(scheduler.run(lambda _every_core: None, deadline=0)) for _ in range(5)]
     await asyncio.sleep(0)
     assert scheduler.share() == 5.0
     queued[0].cancel()
@@ -111,13 +111,13 @@ async def test_a_lone_job_has_every_core_and_waiting_jobs_run_side_by_side() -> 
     seen: dict[str, bool] = {}
     first_running, gate = threading.Event(), threading.Event()
 
-    def lone(alone: bool) -> None:
-        seen["lone"] = alone
+    def lone(every_core: bool) -> None:
+        seen["lone"] = every_core
         first_running.set()
         gate.wait(5)
 
-    def after(alone: bool) -> None:
-        seen["after"] = alone
+    def after(every_core: bool) -> None:
+        seen["after"] = every_core
 
     scheduler.start()
     lone_job = asyncio.create_task(scheduler.run(lone, deadline=0))
@@ -134,9 +134,9 @@ async def test_a_lone_job_has_every_core_and_waiting_jobs_run_side_by_side() -> 
     side_by_side = DeadlineScheduler(workers=2)
     barrier = threading.Barrier(2, timeout=5)
 
-    def meet(alone: bool) -> bool:
+    def meet(every_core: bool) -> bool:
         barrier.wait()
-        return alone
+        return every_core
 
     jobs = [asyncio.create_task(side_by_side.run(meet, deadline=0)) for _ in range(2)]
     await asyncio.sleep(0)
@@ -149,7 +149,7 @@ async def test_idle_workers_sleep() -> None:
     """With nothing queued, a worker waits for a job without using the CPU (it once spun on the event loop)."""
     scheduler = DeadlineScheduler(workers=2)
     scheduler.start()
-    await scheduler.run(lambda _alone: None, deadline=0)
+    await scheduler.run(lambda _every_core: None, deadline=0)
     used = time.process_time()
     await asyncio.sleep(0.5)
     assert time.process_time() - used < 0.1, "the idle scheduler kept the CPU busy"
@@ -163,13 +163,13 @@ async def test_a_job_due_before_the_one_running_alone_starts_beside_it() -> None
     scheduler.start()
     lone_running, gate = threading.Event(), threading.Event()
 
-    def lone(alone: bool) -> bool:
+    def lone(every_core: bool) -> bool:
         lone_running.set()
         gate.wait(5)
-        return alone
+        return every_core
 
-    def told(alone: bool) -> bool:
-        return alone
+    def told(every_core: bool) -> bool:
+        return every_core
 
     lone_job = asyncio.create_task(scheduler.run(lone, deadline=10.0))
     await asyncio.to_thread(lone_running.wait, 5)
@@ -180,7 +180,7 @@ async def test_a_job_due_before_the_one_running_alone_starts_beside_it() -> None
     gate.set()
     assert await lone_job is True
     assert await later is True  # then alone in its turn
-    assert [record.alone for record in scheduler.history] == [True, False, True]
+    assert [record.every_core for record in scheduler.history] == [True, False, True]
     await scheduler.stop()
 
 
@@ -200,11 +200,11 @@ async def test_a_job_queued_by_the_caller_of_the_job_just_done_goes_ahead_of_lat
         return name
 
     async def stream() -> None:
-        await scheduler.run(lambda _alone: job("phonemes"), deadline=0)
-        await scheduler.run(lambda _alone: job("first window"), deadline=0)
+        await scheduler.run(lambda _every_core: job("phonemes"), deadline=0)
+        await scheduler.run(lambda _every_core: job("first window"), deadline=0)
 
     started = asyncio.create_task(stream())
-    later = asyncio.create_task(scheduler.run(lambda _alone: job("another stream's later window"), deadline=1))
+    later = asyncio.create_task(scheduler.run(lambda _every_core: job("another stream's later window"), deadline=1))
     await asyncio.gather(started, later)
     assert order == ["phonemes", "first window", "another stream's later window"]
     await scheduler.stop()
@@ -213,11 +213,11 @@ async def test_a_job_queued_by_the_caller_of_the_job_just_done_goes_ahead_of_lat
 async def test_jobs_of_one_batch_queued_together_run_as_one_call() -> None:
     calls: list[list[str]] = []
 
-    def run(items: list[str], alone: bool) -> list[str]:
+    def run(items: list[str], every_core: bool) -> list[str]:
         calls.append(items)
         return [item.upper() for item in items]
 
-    def plain_job(alone: bool) -> str:
+    def plain_job(every_core: bool) -> str:
         calls.append(["plain"])
         return "plain"
 
@@ -244,7 +244,7 @@ async def test_jobs_of_one_batch_queued_together_run_as_one_call() -> None:
 async def test_an_item_that_fails_its_batch_fails_alone() -> None:
     calls: list[list[int]] = []
 
-    def run(items: list[int], alone: bool) -> list[int]:
+    def run(items: list[int], every_core: bool) -> list[int]:
         calls.append(items)
         if 0 in items:
             raise ZeroDivisionError("one item is bad")

@@ -136,10 +136,10 @@ class FakeDecoder:
     def clock(self) -> float:
         return self.now
 
-    def __call__(self, lo: int, hi: int, *, alone: bool) -> np.ndarray:
+    def __call__(self, lo: int, hi: int, *, every_core: bool) -> np.ndarray:
         self.now += self.fixed_s + self.per_frame_s * (hi - lo)
         if self._decode is not None:
-            return self._decode(lo, hi, alone=alone)
+            return self._decode(lo, hi, every_core=every_core)
         return np.zeros((hi - lo) * SAMPLES_PER_FRAME, dtype=np.float32)
 
 
@@ -388,7 +388,7 @@ def test_no_window_takes_longer_than_the_plans_longest() -> None:
         if windows.done:
             break
         before = windows.start
-        windows.next_window(lambda: queued_s, alone=True)  # noqa: B023 -- called at once
+        windows.next_window(lambda: queued_s, every_core=True)  # noqa: B023 -- called at once
         sizes.append(windows.start - before)
     assert max(sizes) <= PLAN.longest(speed) and sum(sizes) == 900, sizes
 
@@ -429,14 +429,14 @@ def test_the_plan_counts_the_input_the_windows_make() -> None:
 def test_the_decoders_speed_is_learnt_without_the_first_windows_prefix() -> None:
     inputs = speed_of(0.02, 0.001)
 
-    def decode(lo: int, hi: int, *, alone: bool) -> np.ndarray:
+    def decode(lo: int, hi: int, *, every_core: bool) -> np.ndarray:
         decoder.now += NOMINAL[0] + NOMINAL[1] * (hi - lo) + (PLAN.prefix_cost(hi, 120, inputs) if not lo else 0.0)
         return np.zeros((hi - lo) * SAMPLES_PER_FRAME, np.float32)
 
     decoder = FakeDecoder(*NOMINAL)
     windows = ChunkWindows(decode, 120, PLAN, DecoderSpeed(), clock=decoder.clock, inputs=inputs)
     for size in (10, 30, 80):
-        windows.decode(size, alone=True)
+        windows.decode(size, every_core=True)
     fixed, per_frame = windows.speed.line()
     assert fixed == pytest.approx(NOMINAL[0]) and per_frame == pytest.approx(NOMINAL[1])
 
@@ -444,20 +444,20 @@ def test_the_decoders_speed_is_learnt_without_the_first_windows_prefix() -> None
 def test_the_whole_input_is_made_once_before_the_second_window_and_its_cost_learnt() -> None:
     decoder, inputs, made = FakeDecoder(*NOMINAL), DecoderSpeed(), []
 
-    def complete(*, alone: bool) -> None:
+    def complete(*, every_core: bool) -> None:
         decoder.now += 0.05
         made.append(windows.start)
 
     windows = ChunkWindows(decoder, 120, PLAN, speed_of(*NOMINAL), decoder.clock, inputs, complete)
-    first = windows.next_window(lambda: 0.0, alone=True)
+    first = windows.next_window(lambda: 0.0, every_core=True)
     assert not made  # the first window's input came from a prefix
     while not windows.done:
-        windows.next_window(lambda: 0.3, alone=True)
+        windows.next_window(lambda: 0.3, every_core=True)
     assert made == [first.size // SAMPLES_PER_FRAME] and windows.count > 2
     assert inputs.cost(120) == pytest.approx(0.05)
     # A chunk that fits in its first window never needs it.
     short = ChunkWindows(decoder, PLAN.first + 2, PLAN, speed_of(*NOMINAL), decoder.clock, inputs, complete)
-    short.next_window(lambda: 0.0, alone=True)
+    short.next_window(lambda: 0.0, every_core=True)
     assert short.done and len(made) == 1
 
 
@@ -498,7 +498,7 @@ def test_windows_without_the_pool_would_fail_the_bound(stages: OnnxStages, cases
             start = seam // SAMPLES_PER_FRAME
         windows = iter(stop - start for start, stop in pieces)
         own = ChunkWindows(partial(stages.decode, prosody), prosody.frames, PLAN)
-        audio = np.concatenate([own.decode(next(windows), alone=True) for _ in pieces])
+        audio = np.concatenate([own.decode(next(windows), every_core=True) for _ in pieces])
         distances.append(log_mel_l1_db(case.whole, audio))
     assert np.mean(distances) > 2.5, distances
 

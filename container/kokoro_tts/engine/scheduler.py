@@ -95,7 +95,7 @@ async def unless[T](step: Awaitable[T], stop: Awaitable[object]) -> T:
 
 @dataclass(frozen=True, eq=False)
 class Batch[I, R]:
-    """Jobs that may run as one call: ``run(items, alone)`` returns one result per item, in order, for at most
+    """Jobs that may run as one call: ``run(items, every_core)`` returns one result per item, in order, for at most
     ``limit`` items. Jobs batch with those of the same ``Batch`` object only."""
 
     run: Callable[[list[I], bool], list[R]]
@@ -130,7 +130,7 @@ class JobRecord:
     label: str
     deadline: float
     started: float
-    alone: bool = False
+    every_core: bool = False
     finished: float | None = None  # None while it runs
 
 
@@ -146,9 +146,9 @@ class DeadlineScheduler:
         self._heap: list[_Job] = []
         self._seq = itertools.count()
         self._ready = asyncio.Event()
-        self._shareable = asyncio.Event()  # clear while a job runs alone
+        self._shareable = asyncio.Event()  # clear while a job runs exclusive
         self._shareable.set()
-        self._alone_due = math.inf  # the deadline of the job running alone (``_turn``)
+        self._exclusive_due = math.inf  # the deadline of the job running exclusive (``_turn``)
         self._tasks: list[asyncio.Task[None]] = []
         self.started = 0  # jobs handed to a worker thread so far
         self.running = 0  # jobs in a worker thread now
@@ -218,8 +218,8 @@ class DeadlineScheduler:
         self._executor.shutdown(wait=False, cancel_futures=True)
 
     async def run[T](self, fn: Callable[[bool], T], deadline: float, label: str = "", kind: str = "") -> T:
-        """Run ``fn(alone)`` in a worker thread when its turn comes; ``alone``: whether the job has every core (the
-        module docstring), for the onnx sessions it picks. Cancelling the caller drops a job not yet started.
+        """Run ``fn(every_core)`` in a worker thread when its turn comes; ``every_core``: whether the job has every core
+        (the module docstring), for the onnx sessions it picks. Cancelling the caller drops a job not yet started.
         ``label`` names the job in ``history``; ``kind`` is what ``tallies`` counts it as."""
         future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
         heapq.heappush(self._heap, _Job(deadline, next(self._seq), fn, future, label, kind))
@@ -253,9 +253,9 @@ class DeadlineScheduler:
         """Returns when the job at the head of the queue may start: at once, unless a job runs alone (every core);
         then when that one ends, or at once if the head is due before it (a new utterance's first window, beside a
         window of a reply decoded seconds ahead of its playback), on its share of the cores."""
-        while not (self._heap and (self._shareable.is_set() or self._heap[0].deadline < self._alone_due)):
+        while not (self._heap and (self._shareable.is_set() or self._heap[0].deadline < self._exclusive_due)):
             self._ready.clear()
-            if not self._heap:  # nothing to run: sleep until a job comes (the alone one's end alone is no reason)
+            if not self._heap:  # nothing to run: sleep until a job comes (the exclusive one's end alone is no reason)
                 await self._ready.wait()
                 continue
             waits = {asyncio.ensure_future(self._ready.wait()), asyncio.ensure_future(self._shareable.wait())}
@@ -272,15 +272,15 @@ class DeadlineScheduler:
             job = heapq.heappop(self._heap)
             if job.future.done():  # its caller went away before its turn
                 continue
-            # Alone (every core) when nothing else runs or waits; side by side otherwise.
-            alone = self._workers > 1 and not self.running and not self.pending
-            if alone:
+            # Exclusive (every core, the others paused) when nothing else runs or waits; side by side otherwise.
+            exclusive = self._workers > 1 and not self.running and not self.pending
+            if exclusive:
                 self._shareable.clear()
-                self._alone_due = job.deadline
+                self._exclusive_due = job.deadline
             jobs = self._mates(job)
             self.started += len(jobs)
             self.running += 1
-            every_core = alone or self._workers == 1
+            every_core = exclusive or self._workers == 1
             record = JobRecord(" + ".join(j.label for j in jobs), job.deadline, loop.time(), every_core)
             self.history.append(record)
             call = job.fn if len(jobs) == 1 else partial(_run_batch, jobs)
@@ -307,16 +307,16 @@ class DeadlineScheduler:
                         tally.seconds + (record.finished - record.started) / len(jobs),
                     )
                 self.running -= 1
-                if alone:
-                    self._alone_due = math.inf
+                if exclusive:
+                    self._exclusive_due = math.inf
                     self._shareable.set()
             # Let the job's caller run before the next job is chosen: a stream whose phonemes job just finished
             # queues its first window now, due earlier than the later windows of others already in the queue.
             await asyncio.sleep(0)
 
 
-def _run_one[I, R](batch: Batch[I, R], item: I, alone: bool) -> R:
-    (result,) = batch.run([item], alone)
+def _run_one[I, R](batch: Batch[I, R], item: I, every_core: bool) -> R:
+    (result,) = batch.run([item], every_core)
     return result
 
 
@@ -327,23 +327,23 @@ class _Failed:
     error: Exception
 
 
-def _run_batch(jobs: list[_Job], alone: bool) -> list[Any]:
+def _run_batch(jobs: list[_Job], every_core: bool) -> list[Any]:
     """The jobs of one batch in one call of its function (``_mates``). Should the call fail, each item runs alone,
     so that only the jobs whose own items fail read an error (a ``_Failed``), never their batch mates."""
     batch = jobs[0].batch
     assert batch is not None
     items = [j.item for j in jobs]
     try:
-        results = batch.run(items, alone)
+        results = batch.run(items, every_core)
     except Exception:
-        return [_alone(batch, item, alone) for item in items]
+        return [_caught(batch, item, every_core) for item in items]
     if len(results) != len(jobs):
         raise RuntimeError(f"a batch of {len(jobs)} jobs returned {len(results)} results")
     return results
 
 
-def _alone[I, R](batch: Batch[I, R], item: I, alone: bool) -> R | _Failed:
+def _caught[I, R](batch: Batch[I, R], item: I, every_core: bool) -> R | _Failed:
     try:
-        return _run_one(batch, item, alone)
+        return _run_one(batch, item, every_core)
     except Exception as exc:
         return _Failed(exc)

@@ -145,7 +145,7 @@ class TTSEngine:
         request = self.rules.speech(self.settings.warmup_text, self.settings.default_voice, 1.0)
         texts = self._text_chunks(request)
         for text in texts:
-            self._synthesize_chunk(text, request, alone=True)
+            self._synthesize_chunk(text, request, every_core=True)
         # The one-thread sessions' first run is slow (backends/ort_sessions.py), as is a GPU's first batch: untimed.
         if self.backend.parallel_jobs > 1 or self._copies > 1:
             self._as_under_load(texts, request)
@@ -213,7 +213,7 @@ class TTSEngine:
         def worker(_: int) -> int:
             if copies > 1:
                 return sum(self._synthesize_copies(text, request, copies) for text in texts)
-            return sum(self._synthesize_chunk(text, request, alone=jobs == 1).size for text in texts)
+            return sum(self._synthesize_chunk(text, request, every_core=jobs == 1).size for text in texts)
 
         with ThreadPoolExecutor(jobs) as pool:
             return sum(pool.map(worker, range(jobs)))
@@ -301,12 +301,12 @@ class TTSEngine:
         return AudioChunk(index, text, pcm, synth_ms, words)
 
     def _synthesize_batch(
-        self, jobs: list[_WholeChunk], alone: bool
+        self, jobs: list[_WholeChunk], every_core: bool
     ) -> list[tuple[np.ndarray, tuple[WordTiming, ...], float]]:
         """Whole token batches, of one stream or several (``_whole_chunks``), in one backend call: each job's PCM,
         words, and the call's compute time."""
         started = time.perf_counter()
-        made = self.backend.synthesize_batch([job.input for job in jobs], alone=alone)
+        made = self.backend.synthesize_batch([job.input for job in jobs], every_core=every_core)
         synth_ms = 1000.0 * (time.perf_counter() - started)
         return [(*job.finish(audio, durations), synth_ms) for job, (audio, durations) in zip(jobs, made, strict=True)]
 
@@ -316,7 +316,7 @@ class TTSEngine:
         stages = self.backend.stages
         assert stages is not None
 
-        def job(alone: bool) -> tuple[np.ndarray, float, tuple[WordTiming, ...]]:
+        def job(every_core: bool) -> tuple[np.ndarray, float, tuple[WordTiming, ...]]:
             started = time.perf_counter()
             request, timing = decoding.request, decoding.timing
             if decoding.ended:  # its stream ended as this job began: nothing to make
@@ -324,7 +324,7 @@ class TTSEngine:
             windows = decoding.windows
             if windows is None:
                 ids = decoding.batch.ids
-                prosody = stages.front(ids, request.voice.style(len(ids)), request.speed, alone=alone)
+                prosody = stages.front(ids, request.voice.style(len(ids)), request.speed, every_core=every_core)
                 windows = ChunkWindows(
                     partial(stages.decode, prosody, pool=stages.norm_pool(request.voice.spec, ids, prosody)),
                     prosody.frames,
@@ -338,7 +338,7 @@ class TTSEngine:
                     decoding.words = batch_words(decoding.batch, prosody.durations, timing.cursor)
             # The loop's clock is time.monotonic: the seconds of audio still queued ahead of this window.
             pcm = float_to_pcm16(
-                windows.next_window(lambda: deadline - time.monotonic(), self.scheduler.share(), alone=alone)
+                windows.next_window(lambda: deadline - time.monotonic(), self.scheduler.share(), every_core=every_core)
             )
             # The words starting in this window (the last window takes the rest).
             ends = windows.start * SAMPLES_PER_FRAME if not windows.done else None
@@ -359,7 +359,7 @@ class TTSEngine:
     def _batches(self, text: str, request: SpeechRequest) -> list[TokenBatch]:
         return self.phonemizer.batches(self.phonemizer.spoken(text, request.voice.lang))
 
-    def _phonemes(self, text: str, request: SpeechRequest, alone: bool) -> list[TokenBatch]:
+    def _phonemes(self, text: str, request: SpeechRequest, every_core: bool) -> list[TokenBatch]:
         """``_batches`` as a scheduler job: the G2P is Python, on one core whether the job runs alone or not."""
         return self._batches(text, request)
 
@@ -372,14 +372,14 @@ class TTSEngine:
             return await asyncio.get_running_loop().run_in_executor(self._text_thread, self._batches, text, request)
         return await self.scheduler.run(partial(self._phonemes, text, request), due, label, PHONEMES_JOB)
 
-    def _synthesize_chunk(self, text: str, request: SpeechRequest, alone: bool = True) -> np.ndarray:
+    def _synthesize_chunk(self, text: str, request: SpeechRequest, every_core: bool = True) -> np.ndarray:
         """A text chunk's whole audio, as the server makes it (in paced windows when windowed), in this thread
-        (``alone``: with every core to itself, or side by side with others)."""
+        (``every_core``: with every core to itself, or side by side with others)."""
         pieces: list[np.ndarray] = []
         for tokens in self._token_batches(text, request):
             style = request.voice.style(len(tokens))
             if self.windowed and (stages := self.backend.stages) is not None:
-                prosody = stages.front(tokens, style, request.speed, alone=alone)
+                prosody = stages.front(tokens, style, request.speed, every_core=every_core)
                 pool = stages.norm_pool(request.voice.spec, tokens, prosody)
                 pieces += decode_in_windows(
                     partial(stages.decode, prosody, pool=pool),
@@ -388,10 +388,10 @@ class TTSEngine:
                     speed=self.decoder_speed,
                     inputs=self.input_speed,
                     complete=partial(stages.complete, prosody),
-                    alone=alone,
+                    every_core=every_core,
                 )
             else:
-                pieces.append(self.backend.synthesize(tokens, style, request.speed, alone=alone))
+                pieces.append(self.backend.synthesize(tokens, style, request.speed, every_core=every_core))
         if not pieces:
             return np.zeros(0, dtype=np.int16)
         return float_to_pcm16(np.concatenate(pieces))

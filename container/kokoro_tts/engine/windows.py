@@ -43,14 +43,14 @@ FRAME_S = SAMPLES_PER_FRAME / SAMPLE_RATE  # seconds of audio per aligned frame
 
 
 class Decode(Protocol):
-    def __call__(self, start: int, stop: int, *, alone: bool) -> np.ndarray:
-        """Audio for aligned frames [start, stop), by a job that runs ``alone`` or not (backends/ort_sessions.py)."""
+    def __call__(self, start: int, stop: int, *, every_core: bool) -> np.ndarray:
+        """Audio for aligned frames [start, stop), by a job with ``every_core`` or not (backends/ort_sessions.py)."""
         ...
 
 
 class Complete(Protocol):
-    def __call__(self, *, alone: bool) -> object:
-        """Make the chunk's whole input (backends/stages.py), by a job that runs ``alone`` or not."""
+    def __call__(self, *, every_core: bool) -> object:
+        """Make the chunk's whole input (backends/stages.py), by a job with ``every_core`` or not."""
         ...
 
 
@@ -271,27 +271,27 @@ class ChunkWindows:
         # A window more than planned when the rest would not be ready in time (the machine slower than learnt).
         return paced
 
-    def next_window(self, queued_s: Callable[[], float], share: float = 1.0, *, alone: bool) -> np.ndarray:
+    def next_window(self, queued_s: Callable[[], float], share: float = 1.0, *, every_core: bool) -> np.ndarray:
         """Audio of the next window, sized by ``next_size`` against the audio still queued ahead of it (``queued_s``,
         asked after the chunk's whole input is made: the second window's job makes it first, once, and its cost is
-        learnt into ``inputs``). ``alone``: whether this window's job has every core (the scheduler's say)."""
+        learnt into ``inputs``). ``every_core``: whether this window's job has every core (the scheduler's say)."""
         if self.start and self._complete is not None:
             began = self._clock()
-            self._complete(alone=alone)
-            if alone and self.inputs is not None:  # the machine's own speed, as ``speed`` learns it
+            self._complete(every_core=every_core)
+            if every_core and self.inputs is not None:  # the machine's own speed, as ``speed`` learns it
                 self.inputs.add(self.frames, self._clock() - began)
             self._complete = None
-        return self.decode(self.next_size(queued_s(), share), alone=alone)
+        return self.decode(self.next_size(queued_s(), share), every_core=every_core)
 
-    def decode(self, size: int, *, alone: bool) -> np.ndarray:
+    def decode(self, size: int, *, every_core: bool) -> np.ndarray:
         """Audio of the next window of about ``size`` frames (a short tail is merged in: ``WindowPlan.stop``), by a
-        job that runs ``alone`` or not."""
+        job with ``every_core`` or not."""
         plan, start = self.plan, self.start
         stop = plan.stop(start, size, self.frames)
         lo, hi = plan.span(start, stop, self.frames)
         began = self._clock()
-        audio = self._decode(lo, hi, alone=alone)
-        if alone:  # the machine's own speed: a stream's share of it is the scheduler's to say
+        audio = self._decode(lo, hi, every_core=every_core)
+        if every_core:  # the machine's own speed: a stream's share of it is the scheduler's to say
             seconds = self._clock() - began
             if not start:  # a first window also made its input, from a prefix of the chunk (backends/stages.py)
                 seconds -= plan.prefix_cost(hi, self.frames, self.inputs)
@@ -316,13 +316,14 @@ def decode_in_windows(
     speed: DecoderSpeed | None = None,
     inputs: DecoderSpeed | None = None,
     complete: Complete | None = None,
-    alone: bool = True,
+    every_core: bool = True,
 ) -> Iterator[np.ndarray]:
     """Yield the chunk's audio window by window, as the engine's jobs make it; joined, the pieces are as long as
     the whole chunk's audio. ``paced``: size windows by the decoder's measured speed (module docstring; ``speed``:
     what was learnt on chunks before, for the first window; ``inputs``, ``complete``: ``ChunkWindows``'), playback
     starting with the first window; else ``plan.bounds``. What the caller does between two windows counts against
-    the audio queued. ``alone``: whether this thread has every core (a warm-up's second round runs side by side)."""
+    the audio queued. ``every_core``: whether this thread has every core (a warm-up's second round runs side by
+    side)."""
     windows = ChunkWindows(decode, frames, plan, speed, clock, inputs, complete)
     fixed = iter(plan.bounds(frames))
     yielded_s, playing_since = 0.0, 0.0
@@ -332,10 +333,10 @@ def decode_in_windows(
 
     while not windows.done:
         if paced:
-            piece = windows.next_window(queued_s, alone=alone)
+            piece = windows.next_window(queued_s, every_core=every_core)
         else:
             start, stop = next(fixed)
-            piece = windows.decode(stop - start, alone=alone)
+            piece = windows.decode(stop - start, every_core=every_core)
         if not yielded_s:
             playing_since = clock()
         yielded_s += piece.size / SAMPLE_RATE

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-# Every inference call takes ``alone``: whether its job has every core to itself, as the scheduler started it
+# Every inference call takes ``every_core``: whether its job has every core to itself, as the scheduler started it
 # (engine/scheduler.py; backends/ort_sessions.py says why it matters). Outside the scheduler (a warm-up, a tool, a
 # test) a call has the machine to itself: hence the default.
 
@@ -53,19 +53,19 @@ class Backend(Protocol):
         """The onnx stage graphs, for windowed decoding; None: this backend synthesizes whole chunks only."""
         ...
 
-    def synthesize(self, tokens: list[int], style: np.ndarray, speed: float, *, alone: bool = True) -> np.ndarray:
+    def synthesize(self, tokens: list[int], style: np.ndarray, speed: float, *, every_core: bool = True) -> np.ndarray:
         """Float32 mono audio at 24 kHz for at most 510 phoneme tokens; blocking, called from a worker thread."""
         ...
 
     def synthesize_timed(
-        self, tokens: list[int], style: np.ndarray, speed: float, *, alone: bool = True
+        self, tokens: list[int], style: np.ndarray, speed: float, *, every_core: bool = True
     ) -> tuple[np.ndarray, np.ndarray | None]:
         """``synthesize``, with the predicted frames per token (pad tokens included) when the graph gives them: the
         torch KModel does; the shipped monolithic ONNX graph outputs audio only (its stages have them: stages.py)."""
         ...
 
     def synthesize_batch(
-        self, items: Sequence[ChunkInput], *, alone: bool = True
+        self, items: Sequence[ChunkInput], *, every_core: bool = True
     ) -> list[tuple[np.ndarray, np.ndarray | None]]:
         """``synthesize_timed`` for each of at most ``batch_limit`` items, in one model call where the backend
         batches (the torch backend's decoder): the same audio as one call each."""

@@ -60,34 +60,34 @@ class OnnxBackend:
         if self.stages is None:  # with the stages the monolithic graph is not loaded: its memory is theirs
             self._session = SessionPair(model_path, threads, self.parallel_jobs, providers)
             # Exports differ in naming (the PyPI mirror: tokens → audio; onnx-community: input_ids → waveform).
-            inputs = {i.name for i in self._session.get(alone=True).get_inputs()}  # both sessions: one graph
+            inputs = {i.name for i in self._session.get(every_core=True).get_inputs()}  # both sessions: one graph
             self._tokens_input = "input_ids" if "input_ids" in inputs else "tokens"
-            self._audio_output = self._session.get(alone=True).get_outputs()[0].name
+            self._audio_output = self._session.get(every_core=True).get_outputs()[0].name
 
-    def synthesize(self, tokens: list[int], style: np.ndarray, speed: float, *, alone: bool = True) -> np.ndarray:
-        return self.synthesize_timed(tokens, style, speed, alone=alone)[0]
+    def synthesize(self, tokens: list[int], style: np.ndarray, speed: float, *, every_core: bool = True) -> np.ndarray:
+        return self.synthesize_timed(tokens, style, speed, every_core=every_core)[0]
 
     def synthesize_timed(
-        self, tokens: list[int], style: np.ndarray, speed: float, *, alone: bool = True
+        self, tokens: list[int], style: np.ndarray, speed: float, *, every_core: bool = True
     ) -> tuple[np.ndarray, np.ndarray | None]:
         if self.stages is not None:
-            prosody = self.stages.front(tokens, style, speed, alone=alone)
-            return self.stages.decode(prosody, alone=alone), prosody.durations
+            prosody = self.stages.front(tokens, style, speed, every_core=every_core)
+            return self.stages.decode(prosody, every_core=every_core), prosody.durations
         # The export's only output is the audio: no durations, so no word timings.
         feeds = {
             self._tokens_input: np.array([[0, *tokens, 0]], dtype=np.int64),
             "style": np.asarray(style, dtype=np.float32).reshape(1, -1),
             "speed": np.array([speed], dtype=np.float32),
         }
-        (audio,) = self._session.get(alone).run([self._audio_output], feeds, RUN_OPTIONS)
+        (audio,) = self._session.get(every_core).run([self._audio_output], feeds, RUN_OPTIONS)
         return np.asarray(audio, dtype=np.float32).reshape(-1), None
 
     def synthesize_batch(
-        self, items: Sequence[ChunkInput], *, alone: bool = True
+        self, items: Sequence[ChunkInput], *, every_core: bool = True
     ) -> list[tuple[np.ndarray, np.ndarray | None]]:
-        return [self.synthesize_timed(i.tokens, i.style, i.speed, alone=alone) for i in items]
+        return [self.synthesize_timed(i.tokens, i.style, i.speed, every_core=every_core) for i in items]
 
     @property
     def session(self) -> ort.InferenceSession:
         """The monolithic graph's session, as a job alone runs it (the peer benchmark hands it to kokoro-onnx)."""
-        return self._session.get(alone=True)
+        return self._session.get(every_core=True)

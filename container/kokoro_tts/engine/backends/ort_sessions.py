@@ -4,7 +4,7 @@ A graph is loaded twice when jobs may run side by side (``SessionPair``): on a C
 lone session its first audio soonest, but several jobs side by side, a core each, get through more work: intra-op
 threads parallelise a short window poorly (docs/engine.md). So the scheduler runs a job alone, on every core, when
 nothing else is waiting, and side by side otherwise (engine/scheduler.py), and tells the job which: the job passes
-that ``alone`` down to ``SessionPair.get``.
+that ``every_core`` down to ``SessionPair.get``.
 
 Each onnxruntime session would keep its own CPU arena, grown to its largest run and never returned: under load the
 server's memory then rose in steps of the arenas' doubling. So every session of the process allocates from one
@@ -91,9 +91,9 @@ class SessionPair:
     ) -> None:
         wide = threads or (os.cpu_count() or 1)
         narrow = max(1, wide // max(1, parallel))
-        self._alone = session(path, wide, providers, fused_snake)
-        self._shared = self._alone if narrow == wide else session(path, narrow, providers, fused_snake)
+        self._every_core = session(path, wide, providers, fused_snake)
+        self._shared = self._every_core if narrow == wide else session(path, narrow, providers, fused_snake)
 
-    def get(self, alone: bool) -> ort.InferenceSession:
-        """The session for a job that runs ``alone`` (every core), or side by side (its share of them)."""
-        return self._alone if alone else self._shared
+    def get(self, every_core: bool) -> ort.InferenceSession:
+        """The session for a job with ``every_core``, or for one side by side with others (its share of the cores)."""
+        return self._every_core if every_core else self._shared

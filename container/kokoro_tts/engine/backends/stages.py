@@ -182,7 +182,7 @@ class OnnxStages:
 
     @staticmethod
     def _norm_channels(graph: SessionPair) -> int:
-        inputs = {i.name: i.shape for i in graph.get(alone=True).get_inputs()}  # both sessions: one graph
+        inputs = {i.name: i.shape for i in graph.get(every_core=True).get_inputs()}  # both sessions: one graph
         return int(inputs[NORM_INPUTS[0]][1])
 
     def norm_pool(self, voice: str, tokens: Sequence[int], prosody: Prosody) -> ChunkPool:
@@ -200,34 +200,34 @@ class OnnxStages:
             NormPool(silence * features[0] + (1.0 - silence) * features[1]),
         )
 
-    def front(self, tokens: list[int], style: np.ndarray, speed: float, *, alone: bool = True) -> Prosody:
+    def front(self, tokens: list[int], style: np.ndarray, speed: float, *, every_core: bool = True) -> Prosody:
         style = np.asarray(style, dtype=np.float32).reshape(1, -1)
         feeds = {
             "tokens": np.array([[0, *tokens, 0]], dtype=np.int64),
             "style": style,
             "speed": np.array([speed], dtype=np.float32),
         }
-        aligned, f0, energy, durations = self._front.get(alone).run(list(FRONT_OUTPUTS), feeds, RUN_OPTIONS)
+        aligned, f0, energy, durations = self._front.get(every_core).run(list(FRONT_OUTPUTS), feeds, RUN_OPTIONS)
         return Prosody(aligned, f0, energy, np.asarray(durations).reshape(-1), style)
 
     def features(
-        self, prosody: Prosody, stop: int | None = None, pool: NormPool | None = None, *, alone: bool = True
+        self, prosody: Prosody, stop: int | None = None, pool: NormPool | None = None, *, every_core: bool = True
     ) -> tuple[np.ndarray, np.ndarray]:
         """The generator's input (features, harmonics) made from aligned frames [0, stop) (all: the whole chunk),
         normalised with ``pool``, whose statistics then take in these frames' own; without one, by their own."""
         stop = prosody.frames if stop is None else min(stop, prosody.frames)
         feeds = prosody.prefix(stop) | (pool or NormPool()).feeds(stop, self.features_channels)
-        features, harmonics, moments = self._features.get(alone).run(
+        features, harmonics, moments = self._features.get(every_core).run(
             [*FEATURES_OUTPUTS, NORM_OUTPUT], feeds, RUN_OPTIONS
         )
         if pool is not None:
             pool.add(stop, moments)
         return features, harmonics
 
-    def complete(self, prosody: Prosody, *, alone: bool = True) -> Prosody:
+    def complete(self, prosody: Prosody, *, every_core: bool = True) -> Prosody:
         """Make the whole chunk's features, as the export does (once: later calls return at once)."""
         if prosody.features is None:
-            prosody.features, prosody.harmonics = self.features(prosody, alone=alone)
+            prosody.features, prosody.harmonics = self.features(prosody, every_core=every_core)
         return prosody
 
     def decode(
@@ -237,7 +237,7 @@ class OnnxStages:
         stop: int | None = None,
         pool: ChunkPool | None = None,
         *,
-        alone: bool = True,
+        every_core: bool = True,
     ) -> np.ndarray:
         """Audio for aligned frames [start, stop), normalised with ``pool``, whose statistics then take in the
         window's own; without one, each layer normalises by the frames it is given: the export's arithmetic. A
@@ -245,15 +245,15 @@ class OnnxStages:
         window makes the chunk's first (``complete``)."""
         stop = prosody.frames if stop is None else stop
         if prosody.features is None and pool is not None and start == 0:
-            features, harmonics = self.features(prosody, stop + FEATURES_CONTEXT, pool.features, alone=alone)
+            features, harmonics = self.features(prosody, stop + FEATURES_CONTEXT, pool.features, every_core=every_core)
         else:
-            self.complete(prosody, alone=alone)
+            self.complete(prosody, every_core=every_core)
             assert prosody.features is not None and prosody.harmonics is not None
             features, harmonics = prosody.features, prosody.harmonics
         generator = pool.generator if pool is not None else None
         feeds = generator_feeds(features, harmonics, prosody.style, start, stop)
         feeds |= (generator or NormPool()).feeds(stop - start, self.channels)
-        audio, moments = self._decoder.get(alone).run(["audio", NORM_OUTPUT], feeds, RUN_OPTIONS)
+        audio, moments = self._decoder.get(every_core).run(["audio", NORM_OUTPUT], feeds, RUN_OPTIONS)
         if generator is not None:
             generator.add(stop - start, moments)
         return np.asarray(audio, dtype=np.float32).reshape(-1)

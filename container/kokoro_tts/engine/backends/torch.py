@@ -129,26 +129,26 @@ class TorchBackend:
         self.stages: OnnxStages | None = None
         self.model = load_kmodel(config_path, model_path).to(self.device).eval()  # KModel, on its device
 
-    def synthesize(self, tokens: list[int], style: np.ndarray, speed: float, *, alone: bool = True) -> np.ndarray:
+    def synthesize(self, tokens: list[int], style: np.ndarray, speed: float, *, every_core: bool = True) -> np.ndarray:
         return self.synthesize_timed(tokens, style, speed)[0]
 
     def synthesize_timed(
-        self, tokens: list[int], style: np.ndarray, speed: float, *, alone: bool = True
+        self, tokens: list[int], style: np.ndarray, speed: float, *, every_core: bool = True
     ) -> tuple[np.ndarray, np.ndarray]:
-        # ``alone`` is not read: torch keeps one thread pool, whatever runs beside this job.
+        # ``every_core`` is not read: torch keeps one thread pool, whatever runs beside this job.
         with self._torch.inference_mode():
             audio, durations = self.model.forward_with_tokens(*self._inputs(tokens, style), speed)
         return _numpy(audio, durations)
 
     def synthesize_batch(
-        self, items: Sequence[ChunkInput], *, alone: bool = True
+        self, items: Sequence[ChunkInput], *, every_core: bool = True
     ) -> list[tuple[np.ndarray, np.ndarray | None]]:
         """Each item's front alone, then the decoder (most of the work) in one padded call: the same audio as
         ``synthesize_timed`` per item, up to float rounding and the excitation's random draws."""
         if len(items) > self.batch_limit:
             raise ValueError(f"{len(items)} token batches in one call; this backend takes at most {self.batch_limit}")
         if len(items) <= 1:
-            return [self.synthesize_timed(item.tokens, item.style, item.speed, alone=alone) for item in items]
+            return [self.synthesize_timed(item.tokens, item.style, item.speed, every_core=every_core) for item in items]
         from kokoro_tts.engine.backends.torch_batch import decode, front
 
         with self._torch.inference_mode():
