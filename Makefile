@@ -65,7 +65,7 @@ gpu-check: install ## on an NVIDIA GPU host: torch backend on CUDA, first audio,
 prereqs: ## check what make test needs besides .venv: Python 3.12, npm, Terraform, Chromium (one line each)
 	@scripts/check_prerequisites.sh
 
-test: prereqs install ## lint, type-check, the test suite, and the Terraform checks (about an hour on 2 cores)
+test: prereqs install ## lint, type-check, the test suite, and the Terraform checks (about 30 minutes on 2 cores)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
