@@ -1,9 +1,11 @@
 """end_to_end: one prompt through the agent's two pipelines, with the scripted (simulated) LLM.
 
-``voice_agent.pipeline.run_bidi`` streams each sentence into one open TTS session as soon as the LLM completes it;
-``run_batch`` waits for the whole reply and makes one streaming synthesis call. Both stamp every event with
-``t_ms`` since ``agent_start``; we record the first ``audio_chunk``, the first ``sentence`` and the gap between
-them, and the ratio batch/bidi of the first audio (the prototype: 2.4× local, 3.5× deployed).
+``voice_agent.pipeline.run_bidi`` streams the LLM's text into one open TTS session as it is written (the server
+decides where pieces start); ``run_batch`` waits for the whole reply and makes one streaming synthesis call. Both
+stamp every event with ``t_ms`` since ``agent_start``; we record the first ``audio_chunk``, when the TTS could
+first speak (bidi: the LLM's ``text_delta`` events, read by the client's sentence chunker, first hold a whole
+sentence; batch: the whole reply's ``sentence`` event), the gap between them, and the ratio batch/bidi of the
+first audio (the prototype: 2.4× local, 3.5× deployed).
 
 Locally, with a second server whose windowed vocoding is switched off (KOKORO_WINDOWED=0), bidi also runs against
 it ("bidi, windowing off"), interleaved, for the side-by-side "first sentence exists → its first audio". Then one
@@ -27,6 +29,8 @@ from contextlib import aclosing
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
+
+from kokoro_client.chunker import IncrementalSentenceChunker
 
 from .client import gaps_of, pct, underruns
 from .report import Row, Section
@@ -111,6 +115,10 @@ async def _one(pipeline: ModuleType, mode: str, channel: Any, settle: Settle | N
     run = pipeline.run_bidi if mode == "bidi" else pipeline.run_batch
     events = run(_scripted_source(model, PROMPT), channel, model_name=model.name, options=pipeline.PipelineOptions())
     first_sentence = first_audio = None
+    # When the TTS could first speak: in bidi, once the LLM's text as it came holds a whole sentence (the agent
+    # streams the text into one utterance, the server cuts it); in batch, once the whole reply is there (the agent's
+    # one "sentence" event).
+    chunker, completed = IncrementalSentenceChunker(), 0
     metrics: dict[str, Any] = {}
     chunks: list[tuple[float, float]] = []
     sentences: dict[int, float] = {}  # sentence index → when the LLM completed it
@@ -119,9 +127,10 @@ async def _one(pipeline: ModuleType, mode: str, channel: Any, settle: Settle | N
     async with aclosing(events) as stream:  # closing it cancels the LLM and hangs up the TTS
         async for event in stream:
             kind, t_ms = event["type"], float(event["t_ms"])
-            if kind == "sentence":
-                sentences.setdefault(int(event["index"]), t_ms)
-                first_sentence = t_ms if first_sentence is None else first_sentence
+            if (kind == "text_delta" and mode == "bidi") or (kind == "sentence" and mode == "batch"):
+                for _ in chunker.feed(event["text"]) if kind == "text_delta" else [event["text"]]:
+                    sentences[completed], completed = t_ms, completed + 1
+                    first_sentence = t_ms if first_sentence is None else first_sentence
             elif kind == "audio_chunk":
                 audio_ms = _audio_ms(event)
                 measurable = measurable and audio_ms is not None

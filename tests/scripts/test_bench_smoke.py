@@ -53,10 +53,10 @@ def test_quick_bench_writes_every_section(tmp_path: Path, model_dir: Path) -> No
     assert isolated["comparisons"]["first_window_over_whole_engine_p50"] > 0
     check_load(results["load"])
     end_to_end = results["end_to_end"]
-    if end_to_end["measured"]:
-        assert set(end_to_end["modes"]) == {"bidi", "batch", "bidi, windowing off"}
-        assert [row["mode"] for row in end_to_end["heard_to_end"]] == ["bidi", "bidi, windowing off"]
-        assert all(row["underruns"] >= 0 for row in end_to_end["heard_to_end"])
+    assert end_to_end["measured"], end_to_end["headline"]
+    assert set(end_to_end["modes"]) == {"bidi", "batch", "bidi, windowing off"}
+    assert [row["mode"] for row in end_to_end["heard_to_end"]] == ["bidi", "bidi, windowing off"]
+    assert all(row["underruns"] >= 0 for row in end_to_end["heard_to_end"])
     transport = results["transport"]
     assert transport["segments"] == 4
     # Every format the server speaks at the model's rate; G.711 (8 kHz telephony) is not an agent's choice here.
