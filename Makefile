@@ -66,10 +66,11 @@ prereqs: ## check what make test needs besides .venv: Python 3.12, npm, Terrafor
 	@scripts/check_prerequisites.sh
 
 # The Terraform checks mostly wait (the provider's own consistency waits, moto), so they run beside the install (its
-# weights' derivation) and the lint; pytest starts once all three are done, with the machine to itself.
+# weights' derivation) and the lint; pytest starts once all three are done, with the machine to itself. The sub-make
+# is called as `make`, not $(MAKE): a line naming $(MAKE) runs even under `make -n`.
 test: prereqs $(VENV)/.installed ## lint, type-check, the Terraform checks, then the test suite (about 30 minutes on 2 cores)
 	@log=$$(mktemp); scripts/terraform_checks.sh >"$$log" 2>&1 & checks=$$!; \
-	$(MAKE) --no-print-directory install lint; built=$$?; \
+	make --no-print-directory install lint; built=$$?; \
 	wait $$checks; checked=$$?; cat "$$log"; rm -f "$$log"; [ $$built -eq 0 ] && [ $$checked -eq 0 ]
 	$(VENV)/bin/pytest
 
