@@ -67,9 +67,10 @@ prereqs: ## check what make test needs besides .venv: Python 3.12, npm, Terrafor
 
 # The Terraform checks mostly wait (the provider's own consistency waits, moto), so they run beside the install (its
 # weights' derivation) and the lint; pytest starts once all three are done, with the machine to itself. The sub-make
-# is called as `make`, not $(MAKE): a line naming $(MAKE) runs even under `make -n`.
+# is called as `make`, not $(MAKE): a line naming $(MAKE) runs even under `make -n`. A background job ignores
+# Ctrl-C, so the recipe passes an interrupt on to the checks.
 test: prereqs $(VENV)/.installed ## lint, type-check, the Terraform checks, then the test suite (about 30 minutes on 2 cores)
-	@log=$$(mktemp); scripts/terraform_checks.sh >"$$log" 2>&1 & checks=$$!; \
+	@log=$$(mktemp); scripts/terraform_checks.sh >"$$log" 2>&1 & checks=$$!; trap 'kill $$checks' INT TERM; \
 	make --no-print-directory install lint; built=$$?; \
 	wait $$checks; checked=$$?; cat "$$log"; rm -f "$$log"; [ $$built -eq 0 ] && [ $$checked -eq 0 ]
 	$(VENV)/bin/pytest

@@ -262,9 +262,12 @@ run_step() { # STEP: runs it into $WORK/STEP.log; its exit status and seconds go
 # moto and iam spend most of their time waiting (the provider's own wait for an S3 lifecycle configuration to read
 # back is ~55 s of each apply), so each runs beside the others; the rest run one after another, as validate and
 # test share an init.
+# Each lane is a process group of its own (set -m), so that an interrupt stops what it started too: terraform and
+# the moto server, not only the lane's shell.
 LANES=()
-trap 'kill "${LANES[@]}" 2>/dev/null; exit 130' INT TERM
+trap 'for lane in "${LANES[@]}"; do kill -- "-$lane" 2>/dev/null || true; done; exit 130' INT TERM
 SERIAL=()
+set -m
 for step in "${STEPS[@]}"; do
   case $step in
   moto | iam)
@@ -274,6 +277,7 @@ for step in "${STEPS[@]}"; do
   *) SERIAL+=("$step") ;;
   esac
 done
+set +m
 for step in "${SERIAL[@]}"; do run_step "$step"; done
 [ ${#LANES[@]} -eq 0 ] || wait "${LANES[@]}"
 
