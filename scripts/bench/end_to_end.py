@@ -106,6 +106,15 @@ def _audio_ms(event: dict[str, Any]) -> float | None:
     return 1000.0 * len(base64.b64decode(event["audio"])) / 2 / int(event["sample_rate"])
 
 
+def _sentences_ended(event: dict[str, Any], mode: str, chunker: IncrementalSentenceChunker) -> int:
+    """How many sentences the TTS could speak that ``event`` completed: in bidi, those the LLM's text as it came
+    finished (the agent streams the text into one utterance, the server cuts it); in batch, the whole reply, once it
+    is there (the agent's one "sentence" event)."""
+    if mode == "bidi" and event["type"] == "text_delta":
+        return len(chunker.feed(event["text"]))
+    return int(mode == "batch" and event["type"] == "sentence")
+
+
 async def _one(pipeline: ModuleType, mode: str, channel: Any, settle: Settle | None, label: str | None = None) -> Row:
     """One reply; with ``settle``, stopped at its first audio (then ``settle`` waits for an idle server), else
     heard to its end (its underruns counted)."""
@@ -115,9 +124,6 @@ async def _one(pipeline: ModuleType, mode: str, channel: Any, settle: Settle | N
     run = pipeline.run_bidi if mode == "bidi" else pipeline.run_batch
     events = run(_scripted_source(model, PROMPT), channel, model_name=model.name, options=pipeline.PipelineOptions())
     first_sentence = first_audio = None
-    # When the TTS could first speak: in bidi, once the LLM's text as it came holds a whole sentence (the agent
-    # streams the text into one utterance, the server cuts it); in batch, once the whole reply is there (the agent's
-    # one "sentence" event).
     chunker, completed = IncrementalSentenceChunker(), 0
     metrics: dict[str, Any] = {}
     chunks: list[tuple[float, float]] = []
@@ -127,10 +133,10 @@ async def _one(pipeline: ModuleType, mode: str, channel: Any, settle: Settle | N
     async with aclosing(events) as stream:  # closing it cancels the LLM and hangs up the TTS
         async for event in stream:
             kind, t_ms = event["type"], float(event["t_ms"])
-            if (kind == "text_delta" and mode == "bidi") or (kind == "sentence" and mode == "batch"):
-                for _ in chunker.feed(event["text"]) if kind == "text_delta" else [event["text"]]:
-                    sentences[completed], completed = t_ms, completed + 1
-                    first_sentence = t_ms if first_sentence is None else first_sentence
+            if ended := _sentences_ended(event, mode, chunker):
+                sentences |= dict.fromkeys(range(completed, completed + ended), t_ms)
+                completed += ended
+                first_sentence = t_ms if first_sentence is None else first_sentence
             elif kind == "audio_chunk":
                 audio_ms = _audio_ms(event)
                 measurable = measurable and audio_ms is not None

@@ -250,7 +250,7 @@ class DeadlineScheduler:
         return [job, *mates]
 
     async def _turn(self) -> None:
-        """Returns when the job at the head of the queue may start: at once, unless a job runs alone (every core);
+        """Returns when the job at the head of the queue may start: at once, unless a job runs exclusive (every core);
         then when that one ends, or at once if the head is due before it (a new utterance's first window, beside a
         window of a reply decoded seconds ahead of its playback), on its share of the cores."""
         while not (self._heap and (self._shareable.is_set() or self._heap[0].deadline < self._exclusive_due)):
