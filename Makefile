@@ -13,6 +13,10 @@ UV          := $(shell command -v uv 2>/dev/null || echo "$(HOME)/.local/bin/uv"
 PYTHON312    = $(shell scripts/find_python.sh)
 
 export KOKORO_MODEL_DIR ?= $(abspath $(MODEL_DIR))
+# Python writes its bytecode cache (into .venv and the repo's __pycache__, which git ignores): where the environment
+# says PYTHONDONTWRITEBYTECODE (CI, the images), every process the jobs start would compile each module it imports
+# from source again, seconds for the server's imports alone.
+unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: help install weights serve demo agent bench soak gpu-check prereqs test tf-check lint lock clean deploy destroy
 

@@ -35,6 +35,16 @@ def test_tts_image_follows_the_sagemaker_contract() -> None:
 
 
 @pytest.mark.parametrize("dockerfile", sorted(REPO.glob("*/Dockerfile")), ids=lambda p: str(p.relative_to(REPO)))
+def test_images_ship_their_bytecode(dockerfile: Path) -> None:
+    """PYTHONDONTWRITEBYTECODE keeps a container from writing .pyc files, so the image must hold them: the last
+    install compiles the whole environment, else every start compiles each module it imports from source."""
+    text = dockerfile.read_text()
+    assert "PYTHONDONTWRITEBYTECODE=1" in text
+    installs = [line for line in text.splitlines() if "uv pip install" in line]
+    assert "--compile-bytecode" in installs[-1]
+
+
+@pytest.mark.parametrize("dockerfile", sorted(REPO.glob("*/Dockerfile")), ids=lambda p: str(p.relative_to(REPO)))
 def test_base_images_take_a_digest_and_uv_is_installed_by_hash(dockerfile: Path) -> None:
     text = dockerfile.read_text()
     froms = [line for line in text.splitlines() if line.startswith("FROM ")]
@@ -75,5 +85,5 @@ def test_the_tts_image_takes_the_kernel_its_build_stage_compiled() -> None:
     image = text.split("\nFROM ")[-1]
     built = "container/kokoro_tts/engine/backends/libkokoro_snake.so"
     assert f"COPY --from=snake /build/{built} container/kokoro_tts/engine/backends/" in image
-    assert image.index("--from=snake") < image.index("uv pip install --system --no-cache --no-deps .")
+    assert image.index("--from=snake") < image.index("uv pip install --system --no-cache --no-deps")
     assert built in (REPO / "pyproject.toml").read_text()  # a wheel artifact: git ignores the built file
