@@ -11,6 +11,8 @@ derived files with onnxruntime alone.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -27,6 +29,7 @@ from kokoro_tts.engine.backends.stages import (
     HARMONIC_PER_FRAME,
     NORM_INPUTS,
     NORM_OUTPUT,
+    PRIORS_FINGERPRINT,
     SILENT_TOKENS,
     ChunkPool,
     NormPool,
@@ -37,6 +40,7 @@ from kokoro_tts.weights.layout import (
     EARLIER_STAGE_GRAPHS,
     MANIFEST,
     NORM_PRIORS,
+    VOICES,
     Manifest,
     WeightLayout,
     hash_file,
@@ -112,23 +116,29 @@ def derive_stages(dest: str | Path, force: bool = False) -> StagesResult:
 PRIOR_TEXT = "Thanks for calling. I can check on your order, and tell you when it will arrive at your door."
 PRIOR_SILENCE_FRAMES = 12
 SILENT_MARKS = ',.!?;:—…"()“”'  # punctuation: Kokoro pauses on it
+# Raise when the measurement changes in a way its inputs do not show (how a prior is computed from the pools).
+PRIORS_VERSION = 1
 
 
 def derive_norm_priors(layout: WeightLayout, graphs: tuple[Path, Path, Path], dest: Path) -> None:
     """Each voice's priors for the pooled statistics of the features stage and the generator: their instance-norm
     statistics over silence (the reference's leading frames) and over speech (the reference made whole, less its
     silent share), [2, 2, C] per voice and graph in ``dest`` (an .npz, with the silent tokens; English phonemes for
-    every voice: a prior only)."""
+    every voice: a prior only). Kept when ``dest`` was measured from the same inputs (its fingerprint: the graphs,
+    the voices, the reference's tokens), as when the graphs are derived again unchanged: measuring takes a minute."""
     import numpy as np
     from kokoro_tts.engine.voices import VoiceBank
-    from kokoro_tts.text.phonemes import Phonemizer
 
-    vocab = layout.config()["vocab"]
-    voices, phonemizer = VoiceBank(layout), Phonemizer(vocab)
-    silent = [vocab[mark] for mark in SILENT_MARKS if mark in vocab]
+    fingerprint = priors_fingerprint(layout, graphs)
+    if measured_from(dest) == fingerprint:
+        return
+    tokens, silent = _reference(layout)
+    voices = VoiceBank(layout)
     stages = OnnxStages(*graphs, fused_snake=False)  # the export's arithmetic, wherever the kernel is built
-    (tokens,) = phonemizer.token_batches(phonemizer.phonemes(PRIOR_TEXT, "a"))
-    priors: dict[str, Any] = {SILENT_TOKENS: np.array(silent, dtype=np.int64)}
+    priors: dict[str, Any] = {
+        SILENT_TOKENS: np.array(silent, dtype=np.int64),
+        PRIORS_FINGERPRINT: np.array(fingerprint),
+    }
 
     def prior(silence: NormPool, whole: NormPool, share: float) -> Any:
         assert silence.moments is not None and whole.moments is not None
@@ -154,6 +164,45 @@ def derive_norm_priors(layout: WeightLayout, graphs: tuple[Path, Path, Path], de
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+def _reference(layout: WeightLayout) -> tuple[list[int], list[int]]:
+    """The reference's tokens (the G2P's reading of ``PRIOR_TEXT``) and the tokens spoken as silence."""
+    from kokoro_tts.text.phonemes import Phonemizer
+
+    vocab = layout.config()["vocab"]
+    phonemizer = Phonemizer(vocab)
+    (tokens,) = phonemizer.token_batches(phonemizer.phonemes(PRIOR_TEXT, "a"))
+    return [int(token) for token in tokens], [vocab[mark] for mark in SILENT_MARKS if mark in vocab]
+
+
+def priors_fingerprint(layout: WeightLayout, graphs: tuple[Path, Path, Path]) -> str:
+    """What the priors are measured from: the graphs' and the voices' checksums, the reference's tokens, the
+    silent tokens and frames, and ``PRIORS_VERSION``."""
+    tokens, silent = _reference(layout)
+    voices = {
+        name: entry.sha256 for name, entry in layout.read_manifest().files.items() if name.startswith(f"{VOICES}/")
+    }
+    inputs = {
+        "graphs": [hash_file(path).sha256 for path in graphs],
+        "voices": voices,
+        "tokens": tokens,
+        "silent": silent,
+        "silence_frames": PRIOR_SILENCE_FRAMES,
+        "version": PRIORS_VERSION,
+    }
+    return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()
+
+
+def measured_from(priors: Path) -> str | None:
+    """The fingerprint ``priors`` were measured from; None for a missing file or one measured before fingerprints."""
+    import numpy as np
+
+    try:
+        with np.load(priors) as saved:
+            return str(saved[PRIORS_FINGERPRINT]) if PRIORS_FINGERPRINT in saved.files else None
+    except (OSError, ValueError):
+        return None
 
 
 def derive_stage_graphs(

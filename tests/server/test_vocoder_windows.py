@@ -39,6 +39,7 @@ from kokoro_tts.engine.backends.stages import (
     FEATURES_CONTEXT,
     FEATURES_PRIOR,
     PRIOR_FRAMES,
+    PRIORS_FINGERPRINT,
     SAMPLES_PER_FRAME,
     SILENT_TOKENS,
     NormPool,
@@ -53,7 +54,14 @@ from support.audio_metrics import log_mel_l1_db, seam_features
 from support.listener import WhisperListener, word_errors
 
 from scripts.bench.client import underruns
-from scripts.weights.stage_graphs import StagesResult, derive_stage_graphs, derive_stages
+from scripts.weights.stage_graphs import (
+    StagesResult,
+    derive_norm_priors,
+    derive_stage_graphs,
+    derive_stages,
+    measured_from,
+    priors_fingerprint,
+)
 
 SENTENCES = [
     "Streaming speech lets a caller hear the answer while the rest is still being written.",
@@ -241,7 +249,8 @@ def test_each_voice_has_priors_and_blends_or_silence_start_empty(
     derived: StagesResult, stages: OnnxStages, cases: list[Case]
 ) -> None:
     with np.load(derived.priors) as saved:
-        voices = [name for name in saved.files if name != SILENT_TOKENS and not name.startswith(FEATURES_PRIOR)]
+        metadata = (SILENT_TOKENS, PRIORS_FINGERPRINT)
+        voices = [name for name in saved.files if name not in metadata and not name.startswith(FEATURES_PRIOR)]
         assert set(VOICES) <= set(voices)
         assert all(saved[name].shape == (2, 2, stages.channels) for name in voices)
         assert all(saved[FEATURES_PRIOR + name].shape == (2, 2, stages.features_channels) for name in voices)
@@ -259,6 +268,33 @@ def test_each_voice_has_priors_and_blends_or_silence_start_empty(
     )
     quiet = stages.norm_pool(case.voice, case.tokens, silent)  # all in the leading pad: silence
     assert quiet.generator.moments is None and quiet.features.moments is None
+
+
+def test_priors_are_measured_again_only_when_what_they_are_measured_from_changes(
+    derived: StagesResult, stage_paths: tuple[Path, Path, Path], tmp_path: Path
+) -> None:
+    layout = WeightLayout(derived.front.parent)
+    assert measured_from(derived.priors) == priors_fingerprint(layout, stage_paths)
+    before = derived.priors.stat()
+    derive_norm_priors(layout, stage_paths, derived.priors)  # the same inputs: kept, not measured for a minute
+    assert derived.priors.stat().st_mtime_ns == before.st_mtime_ns and derived.priors.stat().st_ino == before.st_ino
+    # Another voice pack, or other graphs: another fingerprint.
+    other = tmp_path / "layout"
+    other.mkdir()
+    for name in (MANIFEST, "config.json"):
+        os.link(layout.root / name, other / name)
+    manifest = layout.read_manifest()
+    voice = next(name for name in manifest.files if name.startswith("voices/"))
+    changed = replace(manifest.files[voice], sha256="0" * 64)
+    (other / MANIFEST).unlink()
+    (other / MANIFEST).write_bytes(replace(manifest, files={**manifest.files, voice: changed}).to_json())
+    assert priors_fingerprint(WeightLayout(other), stage_paths) != measured_from(derived.priors)
+    swapped = (
+        stage_paths[0],
+        stage_paths[1],
+        derived.decoder if stage_paths[2] != derived.decoder else derived.decoder_vnni,
+    )
+    assert priors_fingerprint(layout, swapped) != measured_from(derived.priors)
 
 
 def test_front_outputs_line_up(stages: OnnxStages, cases: list[Case]) -> None:

@@ -57,9 +57,10 @@ DECODER_INPUTS = ("features", "harmonics", "style")
 NORM_INPUTS = ("norm_moments", "norm_share")  # added by the derivation (scripts/weights/stage_graphs.py)
 NORM_OUTPUT = "window_moments"
 # The priors' file: per voice, the generator's priors under the voice's name and the features stage's under this
-# prefix; and the tokens spoken as silence.
+# prefix; the tokens spoken as silence; and what the priors were measured from (scripts/weights/stage_graphs.py).
 FEATURES_PRIOR = "features/"
 SILENT_TOKENS = "silent_tokens"
+PRIORS_FINGERPRINT = "fingerprint"
 # Frames of the chunk beyond a window that its features are made from, while the chunk's own are not made yet. The
 # blocks' convolutions reach 11 frames by count; a prefix's features match the whole chunk's to the int8 noise floor
 # from fewer (docs/engine.md).
@@ -177,7 +178,8 @@ class OnnxStages:
         self._silent: frozenset[int] = frozenset()
         if priors is not None and priors.is_file():
             with np.load(priors) as saved:
-                self._priors = {name: saved[name] for name in saved.files if name != SILENT_TOKENS}
+                voices = (name for name in saved.files if name not in (SILENT_TOKENS, PRIORS_FINGERPRINT))
+                self._priors = {name: saved[name] for name in voices}
                 self._silent = frozenset(int(token) for token in saved[SILENT_TOKENS])
 
     @staticmethod
