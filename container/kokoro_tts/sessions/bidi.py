@@ -4,15 +4,13 @@ core (sessions/core.py).
 One session, many utterances: the client's synthesize messages are queued and spoken strictly in order, each as
 binary audio frames framed by JSON control frames (synthesis_start, words, synthesis_complete or cancelled). An
 utterance may also come as it is written: ``append`` opens it (queued in order, as a synthesize) and adds text, which
-the fragment buffer (text/fragments.py) cuts into pieces spoken as they are complete; ``flush`` ends it. When a
-slow stream's sentence end is not in sight, a timer wakes the buffer to cut a clause early (its ``due``). A
+the fragment buffer cuts into pieces spoken as they are complete (sessions/writing.py); ``flush`` ends it. A
 malformed message gets an error frame and the session carries on; only {"type":"close"}, the client leaving or the
 server shutting down ends it.
 """
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 from dataclasses import dataclass, field
 
@@ -41,9 +39,8 @@ from kokoro_tts.engine.events import Audio, Completed, Refused, Started, Stopped
 from kokoro_tts.engine.events import Words as WordsSpoken
 from kokoro_tts.engine.requests import literal_option
 from kokoro_tts.engine.utterances import Pieces, Utterance
-from kokoro_tts.engine.voices import Voice
 from kokoro_tts.sessions.core import Finished, Session, SessionEvent, ShuttingDown
-from kokoro_tts.text.fragments import EarlyCut, FragmentBuffer, TextPiece
+from kokoro_tts.sessions.writing import WrittenUtterance
 
 
 @dataclass
@@ -56,23 +53,6 @@ class _Defaults:
     literal: bool = False
 
 
-@dataclass
-class _Open:
-    """The utterance being written (``append`` without a ``flush`` yet), and what its pieces are spoken with."""
-
-    utterance: Utterance
-    voice: Voice
-    speed: float
-    literal: bool
-    buffer: FragmentBuffer
-    timer: asyncio.TimerHandle | None = None  # wakes ``buffer`` when its ``due`` comes with no fragment
-
-    def stop_timer(self) -> None:
-        if self.timer is not None:
-            self.timer.cancel()
-            self.timer = None
-
-
 class BidiDialect:
     """Protocol v1's messages and frames on a session (sessions/core.py's ``Dialect``)."""
 
@@ -80,8 +60,7 @@ class BidiDialect:
         self._session = session
         self._defaults = _Defaults()
         self._ids = itertools.count(1)
-        self._open: _Open | None = None
-        self._refusals: set[asyncio.Task[None]] = set()  # errors of pieces cut by the timer, being sent
+        self._open: WrittenUtterance | None = None
 
     @property
     def route(self) -> str:
@@ -108,7 +87,7 @@ class BidiDialect:
                 await self._flush(self._opened(target, "flush"))
             case Cancel(id=target):
                 if self._open is not None and target in (None, self._open.utterance.id):
-                    self._open.stop_timer()
+                    self._open.stop()
                     self._open = None  # its pieces are dropped with it; a later append opens a new utterance
                 for dropped in self._session.cancel(target):
                     await self._send(Cancelled(dropped))
@@ -172,20 +151,12 @@ class BidiDialect:
                 "'voice', 'speed', 'sample_rate' and 'literal' belong to the append that opens an utterance.",
             )
         open_ = self._open
-        limit = self._session.settings.max_text_chars
-        unspoken = open_.buffer.pending_chars + open_.utterance.pieces.waiting_chars + len(command.text)
-        if unspoken > limit:
-            too_long = TTSError(
-                ErrorCode.TEXT_TOO_LONG,
-                f"At most {limit} characters of an utterance may wait to be spoken; this append would make "
-                f"{unspoken}. Wait for its audio, or end sentences sooner.",
-            )
+        if too_long := open_.too_long(len(command.text)):
             await self._session.refuse(too_long, open_.utterance.id)
             return
-        await self._add(open_, open_.buffer.append(command.text))
-        self._arm(open_)
+        await open_.append(command.text)
 
-    def _open_utterance(self, utterance_id: str, command: Append) -> _Open:
+    def _open_utterance(self, utterance_id: str, command: Append) -> WrittenUtterance:
         session = self._session
         session.refuse_when_draining()
         self._check_queue()
@@ -199,66 +170,18 @@ class BidiDialect:
         utterance = Utterance.in_format(
             utterance_id, Pieces(), fmt, rate, word_timestamps=self._defaults.word_timestamps
         )
-        wait_ms = session.settings.first_piece_ms
-        buffer = FragmentBuffer(EarlyCut(wait_ms / 1000) if wait_ms > 0 else None, asyncio.get_running_loop().time)
         session.enqueue(utterance)
-        return _Open(utterance, voice, speed, literal, buffer)
+        return WrittenUtterance(session, utterance, voice.spec, speed, literal)
 
-    async def _add(self, open_: _Open, pieces: list[TextPiece]) -> None:
-        for error in self._queue_pieces(open_, pieces):
-            await self._session.refuse(error, open_.utterance.id)
-
-    def _queue_pieces(self, open_: _Open, pieces: list[TextPiece]) -> list[TTSError]:
-        """Queues ``pieces`` to be spoken (at once, in order); the errors of those that cannot be."""
-        errors = []
-        for piece in pieces:
-            try:
-                request = self._session.engine.rules.speech(
-                    piece.text, open_.voice.spec, open_.speed, literal=open_.literal
-                )
-            except TTSError as error:  # this piece only; the utterance goes on
-                if error.code is not ErrorCode.NOTHING_TO_SPEAK:  # an emoji between sentences says nothing: no error
-                    errors.append(error)
-                continue
-            open_.utterance.pieces.add(request, piece.start)
-        return errors
-
-    def _arm(self, open_: _Open) -> None:
-        """Wakes the open utterance's buffer when its next early cut is due, should no fragment come before. Past
-        its due, a buffer that could not cut (too few whole words) waits for the next fragment: no timer then."""
-        open_.stop_timer()
-        loop = asyncio.get_running_loop()
-        due = open_.buffer.due
-        if due is not None and due > loop.time():
-            open_.timer = loop.call_at(due, self._cut_due, open_)
-
-    def _cut_due(self, open_: _Open) -> None:
-        open_.timer = None
-        if self._open is not open_:
-            return
-        if errors := self._queue_pieces(open_, open_.buffer.cut()):
-            task = asyncio.create_task(self._refuse_all(errors, open_.utterance.id))
-            self._refusals.add(task)
-            task.add_done_callback(self._refusals.discard)
-        self._arm(open_)
-
-    def _opened(self, target: str | None, message: str) -> _Open:
+    def _opened(self, target: str | None, message: str) -> WrittenUtterance:
         if self._open is None or target not in (None, self._open.utterance.id):
             what = "no utterance is open" if self._open is None else f"{self._open.utterance.id!r} is the open one"
             raise TTSError(ErrorCode.INVALID_MESSAGE, f"Nothing to {message}: {what}.")
         return self._open
 
-    async def _refuse_all(self, errors: list[TTSError], utterance_id: str) -> None:
-        for error in errors:
-            await self._session.refuse(error, utterance_id)
-
-    async def _flush(self, open_: _Open) -> None:
+    async def _flush(self, open_: WrittenUtterance) -> None:
         self._open = None
-        open_.stop_timer()
-        try:
-            await self._add(open_, open_.buffer.end())
-        finally:
-            open_.utterance.pieces.end()
+        await open_.end()
 
     def _configure(self, command: Config) -> None:
         # Validate everything before changing anything: a bad config leaves the defaults as they were.
@@ -302,7 +225,7 @@ class BidiDialect:
                 await self._send(Error.of(error, utterance_id))
             case Finished(utterance=u):
                 if self._open is not None and self._open.utterance is u:  # it ended early (an error): not open now
-                    self._open.stop_timer()
+                    self._open.stop()
                     self._open = None
             case ShuttingDown(unfinished=unfinished):
                 error = TTSError(
