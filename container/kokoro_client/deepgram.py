@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Final, Self
 
 from .errors import ErrorCode, TTSError, quoted
+from .json_messages import json_object
 
 SPEAK_PATH: Final = "/v1/speak"
 """Deepgram's path; on SageMaker's one path (``/invocations-bidirectional-stream``) the query selects it (below)."""
@@ -134,21 +135,7 @@ def parse_server_message(raw: str | bytes) -> ServerMessage:
 
 def parse_command(raw: str | bytes, max_bytes: int) -> Command:
     """A client's message as a command; ``TTSError`` (never anything else) if it is not one."""
-    if len(raw) > max_bytes:
-        raise TTSError(ErrorCode.MESSAGE_TOO_LARGE, f"The message has {len(raw)} bytes; the limit is {max_bytes}.")
-    if isinstance(raw, bytes):
-        try:
-            raw = raw.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise TTSError(
-                ErrorCode.INVALID_UTF8, f"A binary message must be UTF-8 text; byte {exc.start} is not."
-            ) from None
-    try:
-        value = json.loads(raw)
-    except (ValueError, RecursionError):
-        raise TTSError(ErrorCode.INVALID_JSON, 'A message must be a JSON object such as {"type":"Flush"}.') from None
-    if not isinstance(value, dict):
-        raise TTSError(ErrorCode.INVALID_MESSAGE, "A message must be a JSON object.")
+    value = json_object(raw, max_bytes, '{"type":"Flush"}')
     kind = value.get("type")
     if kind not in MESSAGE_TYPES:
         raise TTSError(
