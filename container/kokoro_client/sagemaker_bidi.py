@@ -109,23 +109,8 @@ class SageMakerBidiTransport:
             return self._client
 
     async def open_session(self, options: SessionOptions) -> SageMakerBidiSession:
-        client = await self._sdk_client()
-        http = copy.deepcopy(self._http)
-        call = _CallRecorder()
-
-        def use_session_client(config: AsyncSageMakerRuntimeHTTP2Config) -> None:
-            config.transport = http
-            config.interceptors = [*config.interceptors, call]
-
-        request = InvokeEndpointWithBidirectionalStreamInput(
-            endpoint_name=self.endpoint_name, target_variant=self.target_variant
-        )
-        try:
-            stream = await client.invoke_endpoint_with_bidirectional_stream(request, plugins=[use_session_client])
-        except Exception as e:
-            await _close_quietly(http)
-            raise transport_error(e, opened=False) from e
-        session = SageMakerBidiSession(stream, http, call)
+        """A session in this server's protocol (docs/protocol.md), configured with ``options``."""
+        session = await self.open_stream()
         if options != SessionOptions():
             config = {
                 "voice": options.voice,
@@ -135,6 +120,33 @@ class SageMakerBidiTransport:
             }
             await session.send_json({"type": "config", **{k: v for k, v in config.items() if v is not None}})
         return session
+
+    async def open_stream(
+        self, invocation_path: str | None = None, query_string: str | None = None
+    ) -> SageMakerBidiSession:
+        """An open bidirectional stream to the container's ``invocation_path`` (SageMaker's ``ModelInvocationPath``,
+        default its session path) with ``query_string`` (``ModelQueryString``): another vocabulary than this
+        server's own, such as ElevenLabs' socket (docs/elevenlabs.md), speaks through ``send_json`` and ``events``."""
+        client = await self._sdk_client()
+        http = copy.deepcopy(self._http)
+        call = _CallRecorder()
+
+        def use_session_client(config: AsyncSageMakerRuntimeHTTP2Config) -> None:
+            config.transport = http
+            config.interceptors = [*config.interceptors, call]
+
+        request = InvokeEndpointWithBidirectionalStreamInput(
+            endpoint_name=self.endpoint_name,
+            target_variant=self.target_variant,
+            model_invocation_path=invocation_path,
+            model_query_string=query_string,
+        )
+        try:
+            stream = await client.invoke_endpoint_with_bidirectional_stream(request, plugins=[use_session_client])
+        except Exception as e:
+            await _close_quietly(http)
+            raise transport_error(e, opened=False) from e
+        return SageMakerBidiSession(stream, http, call)
 
     async def aclose(self) -> None:
         if self._client is not None:
