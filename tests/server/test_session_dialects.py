@@ -10,13 +10,15 @@ from pathlib import Path
 
 import kokoro_tts
 import pytest
-from kokoro_tts.sessions import bidi, core, deepgram
+from kokoro_tts.sessions import core
 from kokoro_tts.sessions.bidi import BidiDialect
 from kokoro_tts.sessions.core import Dialect, Session
 from kokoro_tts.sessions.deepgram import DeepgramDialect
+from kokoro_tts.sessions.elevenlabs import ElevenLabsDialect
 
-DIALECT_MODULES = [Path(bidi.__file__), Path(deepgram.__file__)]
 SERVER = Path(kokoro_tts.__file__).parent
+# Every module of the sessions room but the core: the dialects and what they share (writing.py).
+DIALECT_MODULES = sorted(p for p in (SERVER / "sessions").glob("*.py") if p.name not in {"core.py", "__init__.py"})
 # The engine's capacity, which only its run (engine/runs.py) consults: the caps, the stream slots, the expected wait.
 ADMISSION = {"slots", "waiting", "http_streams", "admit", "acquire", "try_acquire", "reclaim", "lend", "Pace"}
 
@@ -43,7 +45,7 @@ def test_a_dialect_touches_no_private_attribute_of_another_object(path: Path) ->
     assert foreign_private_attributes(path.read_text()) == []
 
 
-@pytest.mark.parametrize("dialect", [BidiDialect, DeepgramDialect])
+@pytest.mark.parametrize("dialect", [BidiDialect, DeepgramDialect, ElevenLabsDialect])
 def test_a_dialect_is_composed_into_the_core_not_derived_from_it(dialect: type) -> None:
     assert not issubclass(dialect, Session)
     assert Session not in inspect.getmro(dialect)
@@ -59,7 +61,7 @@ def test_the_core_knows_no_wire_protocol_frames() -> None:
             imported.setdefault(node.module, set()).update(alias.name for alias in node.names)
         elif isinstance(node, ast.Import):
             imported.update({alias.name: set() for alias in node.names})
-    assert "kokoro_client.deepgram" not in imported
+    assert not [name for name in imported if name in {"kokoro_client.deepgram", "kokoro_client.elevenlabs"}]
     assert not [name for name in imported if name.startswith("kokoro_tts.sessions.")]
     assert imported.get("kokoro_client.protocol", set()) <= {"CLOSE_NORMAL", "CLOSE_GOING_AWAY", "WordTiming"}
 

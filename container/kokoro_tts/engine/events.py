@@ -32,10 +32,12 @@ class Words:
 
 @dataclass(frozen=True)
 class Audio:
-    """Encoded audio of ``utterance``, in order."""
+    """Encoded audio of ``utterance``, in order: ``seconds`` of the utterance's audio (the encoder's last bytes,
+    after its final ``Audio``, say 0 though they hold the few samples it kept back)."""
 
     utterance: Utterance
     data: bytes
+    seconds: float = 0.0
 
 
 @dataclass(frozen=True)

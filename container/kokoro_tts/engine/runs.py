@@ -283,7 +283,7 @@ class _Run:
             data = await encoder.encode(pcm)
             self._owed_s += pcm.size / SAMPLE_RATE
             if data:
-                await pace.send(out(Audio(utterance, data)), self._owed_s)
+                await pace.send(out(Audio(utterance, data, self._owed_s)), self._owed_s)
                 self._owed_s = 0.0
             self.sent_bytes += len(data)
             self.audio_ms = ends_ms

@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
 from kokoro_client.deepgram import SPEAK_PATH, selects_deepgram
+from kokoro_client.elevenlabs import MULTI_STREAM_INPUT_PATH, STREAM_INPUT_PATH
 from kokoro_client.errors import TTSError
 from kokoro_client.protocol import CLOSE_GOING_AWAY, CLOSE_TRY_AGAIN_LATER, INVOCATIONS_PATH, PING_PATH, WS_PATH
 from starlette.applications import Starlette
@@ -30,6 +31,7 @@ from kokoro_tts.server.request_ids import RequestIds
 from kokoro_tts.sessions.bidi import BidiDialect
 from kokoro_tts.sessions.core import Dialect, Session
 from kokoro_tts.sessions.deepgram import DeepgramDialect
+from kokoro_tts.sessions.elevenlabs import ElevenLabsDialect
 from kokoro_tts.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -50,6 +52,12 @@ def create_app(
 
     async def deepgram_speak(websocket: WebSocket) -> None:
         await serve_session(websocket, DeepgramDialect)
+
+    async def elevenlabs_stream_input(websocket: WebSocket) -> None:
+        await serve_session(websocket, ElevenLabsDialect.single)
+
+    async def elevenlabs_multi_stream_input(websocket: WebSocket) -> None:
+        await serve_session(websocket, ElevenLabsDialect.multiple)
 
     async def serve_session(websocket: WebSocket, dialect: Callable[[Session], Dialect]) -> None:
         if websocket.app.state.draining:
@@ -104,6 +112,8 @@ def create_app(
             WebSocketRoute(WS_PATH, bidirectional_stream),
             Route("/metrics", metrics.metrics_endpoint, methods=["GET"]),
             WebSocketRoute(SPEAK_PATH, deepgram_speak),
+            WebSocketRoute(STREAM_INPUT_PATH, elevenlabs_stream_input),
+            WebSocketRoute(MULTI_STREAM_INPUT_PATH, elevenlabs_multi_stream_input),
         ],
         middleware=[Middleware(RequestIds)],
         exception_handlers=errors.HANDLERS,

@@ -4,9 +4,9 @@ A ``Session`` holds one client's queue of utterances and speaks them strictly in
 stream (engine/runs.py, which admits, runs and meters it): two tasks, a receiver that hands each incoming message to
 the dialect and a speaker that speaks the queue; cancel, close-when-spoken, the send lock, the end when the client
 vanishes and the drain on shutdown. It knows no wire protocol's frames: a ``Dialect`` (sessions/bidi.py,
-sessions/deepgram.py) turns messages into calls on the session's public methods and renders events (a run's, and
-the session's own: an utterance finished, a shutdown) into its own frames. The receiver keeps reading after a
-close, so a client that vanishes while its queue is spoken stops that work at once.
+sessions/deepgram.py, sessions/elevenlabs.py) turns messages into calls on the session's public methods and renders
+events (a run's, and the session's own: an utterance finished, a shutdown) into its own frames. The receiver keeps
+reading after a close, so a client that vanishes while its queue is spoken stops that work at once.
 """
 
 from __future__ import annotations
@@ -109,6 +109,12 @@ class Session:
     def path(self) -> str:
         path: str = self._ws.scope.get("path", "")
         return path
+
+    @property
+    def path_params(self) -> Mapping[str, str]:
+        """The route's path parameters (ElevenLabs' ``voice_id``)."""
+        params: Mapping[str, str] = self._ws.path_params
+        return params
 
     @property
     def query_params(self) -> Mapping[str, str]:

@@ -1,0 +1,264 @@
+"""WS /v1/text-to-speech/{voice_id}/stream-input and .../multi-stream-input: ElevenLabs' sockets as a dialect of the
+session core (sessions/core.py).
+
+The vocabulary is kokoro_client.elevenlabs'; everything else is the session core's (one speaker, the caps, the end
+when the client vanishes, the drain on shutdown). A context (the one of ``stream-input``, or each ``context_id``) is
+one utterance written as it comes (sessions/writing.py): its text goes through the fragment buffer, so an LLM's tokens
+may be sent as they arrive; ``flush`` speaks what is buffered and the context stays open. Contexts are spoken in the
+order they were opened, each to its end. What differs from ElevenLabs, and why, is in docs/elevenlabs.md:
+- ``close_context`` after the context's text was flushed speaks what is left, then sends its final message (as
+  Pipecat ends a turn: flush, then close); closing a context with text never flushed, or closing it again, is a
+  barge-in: it stops at once (as Pipecat interrupts a turn), and its final message follows.
+- ``stream-input`` ends its input with ``{"text": ""}``: what is left is spoken, the final message sent, then the
+  socket closes with 1000; on ``multi-stream-input`` that message keeps a context alive and does nothing here.
+- Each audio message carries the characters whose sound starts in it (``alignment``, the same in
+  ``normalizedAlignment``), timed in ms from the message's start from the server's word timestamps (a word's time
+  spread over its characters, the text between words over the gap), so the spans of a context's messages add up
+  to its audio, as clients that keep a running clock (Pipecat) expect.
+- Bad query parameters or an unknown voice get an error message and close 1008; a refused message gets an error
+  message and the socket carries on.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import deque
+from dataclasses import dataclass, field
+
+from kokoro_client.elevenlabs import (
+    DEFAULT_OUTPUT_FORMAT,
+    Alignment,
+    AudioOutput,
+    CloseContext,
+    CloseSocket,
+    ErrorOutput,
+    FinalOutput,
+    SendText,
+    ServerMessage,
+    encode,
+    output_format,
+    parse_client_message,
+)
+from kokoro_client.errors import ErrorCode, TTSError
+from kokoro_client.protocol import WordTiming
+
+from kokoro_tts.audio.encoding import AudioFormat, audio_format, output_rate
+from kokoro_tts.engine.events import Audio, Refused, Words
+from kokoro_tts.engine.utterances import Pieces, Utterance
+from kokoro_tts.sessions.core import Finished, Session, SessionEvent, ShuttingDown
+from kokoro_tts.sessions.writing import WrittenUtterance
+
+CLOSE_POLICY_VIOLATION = 1008  # as ElevenLabs closes a socket it cannot serve
+
+
+class _Aligner:
+    """A context's characters, timed from the words spoken, handed out with the audio their sound starts in."""
+
+    def __init__(self) -> None:
+        self._chars: list[str] = []  # every character the client sent for the context
+        self._timed: deque[tuple[str, float]] = deque()  # characters timed and not yet sent: (char, start ms)
+        self._next = 0  # the first character not yet timed
+        self._word_end_ms = 0.0  # where the last word timed ends
+        self._sent_ms = 0.0  # the audio handed out so far
+
+    def received(self, text: str) -> None:
+        self._chars.extend(text)
+
+    def words(self, words: tuple[WordTiming, ...]) -> None:
+        for word in words:
+            self._spread(word.char_start, self._word_end_ms, word.start_ms)  # the text before it: the gap
+            self._spread(word.char_end, word.start_ms, word.end_ms)
+            self._word_end_ms = word.end_ms
+
+    def _spread(self, end: int, start_ms: float, end_ms: float) -> None:
+        count = end - self._next
+        if count <= 0:
+            return
+        step = max(end_ms - start_ms, 0.0) / count
+        for i in range(count):
+            self._timed.append((self._chars[self._next + i], start_ms + i * step))
+        self._next = end
+
+    def audio(self, seconds: float) -> Alignment | None:
+        """The characters whose sound starts in the next ``seconds`` of audio, timed from its start (the last one's
+        duration running to its end)."""
+        start_ms, end_ms = self._sent_ms, self._sent_ms + seconds * 1000.0
+        self._sent_ms = end_ms
+        taken: list[tuple[str, float]] = []
+        while self._timed and self._timed[0][1] < end_ms:
+            char, at = self._timed.popleft()
+            taken.append((char, max(at - start_ms, 0.0)))
+        if not taken:
+            return None
+        starts = [round(at) for _, at in taken]
+        ends = [*starts[1:], round(end_ms - start_ms)]
+        durations = tuple(max(end - start, 0) for start, end in zip(starts, ends, strict=True))
+        return Alignment(tuple(char for char, _ in taken), tuple(starts), durations)
+
+
+@dataclass(eq=False)
+class _Context:
+    """One context: an utterance written as it comes, and the state of its messages."""
+
+    id: str | None  # None: stream-input's one context (its messages carry no contextId)
+    written: WrittenUtterance
+    aligner: _Aligner = field(default_factory=_Aligner)
+    flushed: bool = True  # no text came since the last flush (or none at all)
+
+
+@dataclass(frozen=True)
+class _Options:
+    voice: str
+    format: AudioFormat
+    sample_rate: int
+
+
+class ElevenLabsDialect:
+    """ElevenLabs' messages on a session (sessions/core.py's ``Dialect``): ``multi`` for ``multi-stream-input``."""
+
+    def __init__(self, session: Session, *, multi: bool) -> None:
+        self._session = session
+        self._multi = multi
+        self._options: _Options | None = None
+        self._open: dict[str | None, _Context] = {}  # contexts that take text
+        self._speaking: dict[str, _Context] = {}  # by utterance id: every context not yet finished
+        self._ids = itertools.count(1)
+
+    @classmethod
+    def single(cls, session: Session) -> ElevenLabsDialect:
+        return cls(session, multi=False)
+
+    @classmethod
+    def multiple(cls, session: Session) -> ElevenLabsDialect:
+        return cls(session, multi=True)
+
+    @property
+    def route(self) -> str:
+        return "elevenlabs"
+
+    async def opened(self) -> bool:
+        engine, query = self._session.engine, self._session.query_params
+        try:
+            name, rate = output_format(query.get("output_format", DEFAULT_OUTPUT_FORMAT))
+            fmt = audio_format(name)
+            voice = engine.rules.voice(self._session.path_params.get("voice_id"))
+            self._options = _Options(voice.spec, fmt, output_rate(fmt, rate))
+        except TTSError as error:
+            await self._send(ErrorOutput.of(error))
+            await self._session.close(CLOSE_POLICY_VIOLATION, reason=f"{error.code}: {error.message}"[:120])
+            return False
+        return True
+
+    @property
+    def options(self) -> _Options:
+        assert self._options is not None, "used before the session opened"
+        return self._options
+
+    # --- receiving -------------------------------------------------------------------------------------------
+
+    async def received(self, raw: str | bytes) -> None:
+        match parse_client_message(raw, self._session.settings.max_message_bytes):
+            case SendText() as message:
+                await self._text(message)
+            case CloseContext(context_id=context_id):
+                await self._close(context_id)
+            case CloseSocket():
+                for context in list(self._open.values()):
+                    await self._end(context)
+                self._session.close_when_spoken()
+
+    async def _text(self, message: SendText) -> None:
+        context_id = message.context_id if self._multi else None
+        text = message.text or ""
+        context = self._open.get(context_id)
+        if text == "" and not message.flush:
+            if not self._multi and context is not None:  # stream-input's end of input
+                await self._end(context)
+                self._session.close_when_spoken()
+            return  # multi-stream-input's keep-alive: nothing times out here
+        if context is None:
+            if text.strip() == "" and message.flush:
+                return  # a flush of a context that has nothing
+            context = self._open_context(context_id, message)
+        if text:
+            if too_long := context.written.too_long(len(text)):
+                await self._session.refuse(too_long, context.written.utterance.id)
+                return
+            context.aligner.received(text)
+            await context.written.append(text)
+            context.flushed = context.flushed and not text.strip()
+        if message.flush:
+            await context.written.flush()
+            context.flushed = True
+
+    def _open_context(self, context_id: str | None, message: SendText) -> _Context:
+        session = self._session
+        session.refuse_when_closing("close_socket")
+        session.refuse_when_draining()
+        queued = len(session.queued)
+        if queued >= session.settings.max_queued_utterances:
+            raise TTSError(
+                ErrorCode.QUEUE_FULL,
+                f"{queued} contexts are already waiting to be spoken (the limit); close one before opening another.",
+            )
+        settings = message.voice_settings or {}
+        speed = session.engine.rules.speed(settings.get("speed"))
+        options = self.options
+        utterance = Utterance.in_format(
+            f"{context_id or 'stream'}#{next(self._ids)}",
+            Pieces(),
+            options.format,
+            options.sample_rate,
+            word_timestamps=True,
+        )
+        session.enqueue(utterance)
+        context = _Context(context_id, WrittenUtterance(session, utterance, options.voice, speed, literal=False))
+        self._open[context_id] = context
+        self._speaking[utterance.id] = context
+        return context
+
+    async def _close(self, context_id: str) -> None:
+        context = self._open.pop(context_id, None)
+        if context is not None and context.flushed:
+            await self._end(context)  # the turn's end: what was flushed is spoken, then the final message
+            return
+        stopped = context or next((c for c in self._speaking.values() if c.id == context_id), None)
+        if stopped is None:
+            return  # closed and finished already, or never opened
+        stopped.written.stop()
+        utterance = stopped.written.utterance
+        for _ in self._session.cancel(utterance.id):  # it was still queued: it has no run to finish
+            self._speaking.pop(utterance.id, None)
+            await self._send(FinalOutput(stopped.id))
+
+    async def _end(self, context: _Context) -> None:
+        self._open.pop(context.id, None)
+        await context.written.end()
+
+    # --- the session's events -----------------------------------------------------------------------------------
+
+    async def render(self, event: SessionEvent) -> None:
+        match event:
+            case Words(utterance=u, words=words):
+                if (context := self._speaking.get(u.id)) is not None:
+                    context.aligner.words(words)
+            case Audio(utterance=u, data=data, seconds=seconds):
+                if (context := self._speaking.get(u.id)) is not None:
+                    await self._send(AudioOutput(data, context.id, context.aligner.audio(seconds)))
+            case Refused(error=error, utterance_id=utterance_id):
+                context = self._speaking.get(utterance_id) if utterance_id is not None else None
+                await self._send(ErrorOutput.of(error, context.id if context is not None else None))
+            case Finished(utterance=u):
+                if (context := self._speaking.pop(u.id, None)) is not None:
+                    if self._open.get(context.id) is context:  # it ended early (an error): not open now
+                        del self._open[context.id]
+                        context.written.stop()
+                    await self._send(FinalOutput(context.id))
+            case ShuttingDown():
+                if self._speaking:
+                    error = TTSError(ErrorCode.SHUTTING_DOWN, "The server is shutting down; this text was not spoken.")
+                    for context in self._speaking.values():
+                        await self._send(ErrorOutput.of(error, context.id))
+
+    async def _send(self, message: ServerMessage) -> None:
+        await self._session.send_text(encode(message))

@@ -1,0 +1,262 @@
+"""ElevenLabs' sockets on our server (sessions/elevenlabs.py, docs/elevenlabs.md).
+
+Pipecat's ``ElevenLabsTTSService``, pointed at the server by its URL alone, speaks an LLM reply sent as tokens; the
+words it reports from our alignment are the words sent, and its interruption stops the context at once. Raw
+sockets, written to ElevenLabs' documented messages, check what Pipecat does not use: ``stream-input``'s end of
+input, two contexts where one is barged in on, alignment that indexes the text sent, and bad input."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import Any
+
+import numpy as np
+import pytest
+from kokoro_client.elevenlabs import AudioOutput, ErrorOutput, FinalOutput, parse_server_message
+from kokoro_client.session import ControlEvent
+from pipecat.frames.frames import InterruptionFrame
+from pipecat.pipeline.worker import PipelineWorker
+from pipecat.services.elevenlabs.tts import ElevenLabsTTSService
+from support.inproc_server import RunningServer
+from support.listener import WhisperListener, word_errors
+from support.pipecat_pipeline import PATIENT, Collector, reply_frames, run_pipeline, tokens
+from support.sagemaker import Certs, sagemaker
+from support.ws_client import assert_synthesis_stopped
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import ConnectionClosed
+
+REPLY = "Sure, I can help with that. Your order shipped this morning and should arrive on Thursday."
+LONG_REPLY = (
+    "Let me walk you through every step of the return, one at a time. First, print the label we emailed you this "
+    "morning. Then pack the shoes in their original box, with the receipt on top. Tape the box shut and stick the "
+    "label on its largest side. Finally, drop it at any post office before the end of next week."
+)
+RATE = 16_000
+VOICE = "af_heart"
+
+
+def pipecat_service(server: RunningServer) -> ElevenLabsTTSService:
+    return ElevenLabsTTSService(
+        api_key="not-used-by-this-server",
+        url=f"ws://127.0.0.1:{server.port}",
+        sample_rate=RATE,
+        settings=ElevenLabsTTSService.Settings(voice=VOICE, model="eleven_flash_v2_5"),
+        **PATIENT,
+    )
+
+
+def heard(sink: Collector) -> str:
+    return WhisperListener.shared().transcribe(np.frombuffer(bytes(sink.audio), dtype="<i2"), rate=RATE)
+
+
+async def first_audio_s(worker: PipelineWorker, sink: Collector, text: str) -> float:
+    """Queues ``text`` as an LLM reply; seconds from its first token to its first audio."""
+    sink.first_audio.clear()
+    sent = time.perf_counter()
+    await worker.queue_frames(reply_frames(text))
+    await asyncio.wait_for(sink.first_audio.wait(), 60)
+    return time.perf_counter() - sent
+
+
+@pytest.mark.slow
+async def test_pipecat_elevenlabs_service_speaks_a_streamed_reply_with_its_words(server: RunningServer) -> None:
+    waits: list[float] = []
+
+    async def converse(worker: PipelineWorker, sink: Collector) -> None:
+        waits.append(await first_audio_s(worker, sink, REPLY))
+        await asyncio.wait_for(sink.stopped.wait(), 120)
+
+    sink = await run_pipeline(pipecat_service(server), RATE, converse)
+    assert not sink.errors, sink.errors
+    assert waits[0] < 2.0, f"first audio {waits[0]:.2f} s after the first token"
+    assert sink.rates == {RATE}
+    errors, words = word_errors(REPLY, heard(sink))
+    assert errors / words <= 0.05, heard(sink)
+    # Pipecat builds its word timestamps from our character alignment: they are the words sent, in order.
+    assert sink.words == REPLY.split(), sink.words
+
+
+@pytest.mark.slow
+async def test_a_pipecat_interruption_stops_the_context_and_the_next_reply_is_spoken(server: RunningServer) -> None:
+    scheduler = server.engine.scheduler
+    waits: list[float] = []
+
+    async def converse(worker: PipelineWorker, sink: Collector) -> None:
+        await first_audio_s(worker, sink, LONG_REPLY)
+        started = scheduler.started
+        await worker.queue_frame(InterruptionFrame())  # the caller spoke: Pipecat closes the context
+        await assert_synthesis_stopped(scheduler, started)
+        sink.audio.clear()
+        sink.stopped.clear()
+        # The next reply does not wait behind what was left of the first.
+        waits.append(await first_audio_s(worker, sink, REPLY))
+        await asyncio.wait_for(sink.stopped.wait(), 120)
+
+    sink = await run_pipeline(pipecat_service(server), RATE, converse)
+    assert not sink.errors, sink.errors
+    assert waits[0] < 2.0, f"first audio {waits[0]:.2f} s after the first token"
+    errors, words = word_errors(REPLY, heard(sink))
+    assert errors / words <= 0.05, heard(sink)
+
+
+@pytest.mark.slow
+async def test_the_socket_is_reached_through_sagemakers_bidirectional_stream(
+    server: RunningServer, certs: Certs
+) -> None:
+    """SageMaker sends the container's path and query as ModelInvocationPath and ModelQueryString: the stand-in
+    opens the socket there and relays each message both ways."""
+    async with asyncio.timeout(120), sagemaker(f"ws://127.0.0.1:{server.port}", certs) as (transport, app):
+        stream = await transport.open_stream(
+            f"v1/text-to-speech/{VOICE}/multi-stream-input", "model_id=eleven_flash_v2_5&output_format=pcm_24000"
+        )
+        await stream.send_json({"text": " ", "context_id": "turn"})
+        for token in tokens(REPLY):
+            await stream.send_json({"text": token, "context_id": "turn"})
+        await stream.send_json({"context_id": "turn", "flush": True})
+        await stream.send_json({"context_id": "turn", "close_context": True})
+        messages = []
+        async for event in stream.events():
+            assert isinstance(event, ControlEvent), event  # every message of this socket is JSON
+            messages.append(parse_server_message(json.dumps(event.message)))
+            if isinstance(messages[-1], FinalOutput):
+                break
+    heard_reply = WhisperListener.shared().transcribe(audio_of(messages, "turn"), rate=24_000)
+    errors, words = word_errors(REPLY, heard_reply)
+    assert errors / words <= 0.05, heard_reply
+    assert aligned_text(messages, "turn").strip() == REPLY.rstrip(".")
+    [record] = app.streams
+    assert record.forwarded_frames == len(tokens(REPLY)) + 3
+
+
+# --- raw sockets, written to ElevenLabs' messages ---------------------------------------------------------------
+
+
+def socket_url(server: RunningServer, path: str = "multi-stream-input", query: str = "output_format=pcm_24000") -> str:
+    return f"ws://127.0.0.1:{server.port}/v1/text-to-speech/{VOICE}/{path}?{query}"
+
+
+async def messages_until_final(ws: ClientConnection, finals: int, limit_s: float = 120.0) -> list[Any]:
+    """Every message until ``finals`` final messages have come."""
+    out: list[Any] = []
+    async with asyncio.timeout(limit_s):
+        while sum(isinstance(m, FinalOutput) for m in out) < finals:
+            out.append(parse_server_message(await ws.recv()))
+    return out
+
+
+def aligned_text(messages: list[Any], context_id: str | None) -> str:
+    return "".join(
+        "".join(m.alignment.chars)
+        for m in messages
+        if isinstance(m, AudioOutput) and m.context_id == context_id and m.alignment is not None
+    )
+
+
+def audio_of(messages: list[Any], context_id: str | None) -> np.ndarray:
+    data = b"".join(m.audio for m in messages if isinstance(m, AudioOutput) and m.context_id == context_id)
+    return np.frombuffer(data, dtype="<i2")
+
+
+@pytest.mark.slow
+async def test_stream_input_takes_tokens_and_ends_with_an_empty_text(server: RunningServer) -> None:
+    async with connect(socket_url(server, "stream-input")) as ws:
+        await ws.send(json.dumps({"text": " ", "voice_settings": {"speed": 1.0}, "xi_api_key": "ignored"}))
+        for token in tokens(REPLY):
+            await ws.send(json.dumps({"text": token, "try_trigger_generation": True}))
+        await ws.send(json.dumps({"text": ""}))
+        messages = await messages_until_final(ws, 1)
+        with pytest.raises(ConnectionClosed) as closed:
+            await asyncio.wait_for(ws.recv(), 10)
+    assert closed.value.rcvd is not None and closed.value.rcvd.code == 1000
+    assert all(m.context_id is None for m in messages)
+    pcm = audio_of(messages, None)
+    errors, words = word_errors(REPLY, WhisperListener.shared().transcribe(pcm, rate=24_000))
+    assert errors / words <= 0.05
+    # Every character of the reply is aligned, in order, and the spans add up to the audio sent.
+    assert aligned_text(messages, None).strip() == REPLY.rstrip(".")
+    spans = [
+        m.alignment.char_start_times_ms[-1] + m.alignment.char_durations_ms[-1]
+        for m in messages
+        if isinstance(m, AudioOutput) and m.alignment is not None
+    ]
+    assert abs(sum(spans) - 1000 * pcm.size / 24_000) < 700  # a message without a character (silence) adds none
+
+
+@pytest.mark.slow
+async def test_a_barge_in_stops_one_context_and_the_other_goes_on(server: RunningServer) -> None:
+    async with connect(socket_url(server)) as ws:
+        await ws.send(json.dumps({"text": " ", "context_id": "first"}))
+        await ws.send(json.dumps({"text": LONG_REPLY + " ", "context_id": "first"}))  # never flushed
+        while not isinstance(parse_server_message(await ws.recv()), AudioOutput):
+            pass
+        began = time.perf_counter()
+        await ws.send(json.dumps({"context_id": "first", "close_context": True}))  # a barge-in
+        await ws.send(json.dumps({"text": REPLY + " ", "context_id": "second", "flush": True}))
+        await ws.send(json.dumps({"context_id": "second", "close_context": True}))  # flushed: spoken to its end
+        messages = await messages_until_final(ws, 2)
+    finals = [m.context_id for m in messages if isinstance(m, FinalOutput)]
+    assert finals == ["first", "second"]
+    first_final = next(i for i, m in enumerate(messages) if isinstance(m, FinalOutput))
+    assert all(m.context_id == "first" for m in messages[:first_final])
+    assert time.perf_counter() - began < 60
+    # The first context stopped within a window or two of its barge-in; the second was spoken whole.
+    assert audio_of(messages, "first").size / 24_000 < 4.0
+    heard_second = WhisperListener.shared().transcribe(audio_of(messages, "second"), rate=24_000)
+    errors, words = word_errors(REPLY, heard_second)
+    assert errors / words <= 0.05, heard_second
+    assert aligned_text(messages, "second").strip() == REPLY.rstrip(".")
+
+
+@pytest.mark.parametrize(
+    ("path", "query", "code"),
+    [
+        ("multi-stream-input", "output_format=opus_48000_64", "unsupported_format"),
+        ("multi-stream-input", "output_format=pcm_11025", "unsupported_sample_rate"),
+    ],
+)
+async def test_bad_query_parameters_get_an_error_and_close_1008(
+    server: RunningServer, path: str, query: str, code: str
+) -> None:
+    async with connect(socket_url(server, path, query)) as ws:
+        error = parse_server_message(await ws.recv())
+        with pytest.raises(ConnectionClosed) as closed:
+            await ws.recv()
+    assert isinstance(error, ErrorOutput) and error.error == code
+    assert closed.value.rcvd is not None and closed.value.rcvd.code == 1008
+
+
+@pytest.mark.parametrize(
+    ("voice", "code"), [("21m00Tcm4TlvDq8ikWAM", "invalid_voice"), ("af_nobody", "unknown_voice")]
+)  # an ElevenLabs voice id is not a Kokoro voice name
+async def test_a_voice_this_server_lacks_gets_an_error_and_close_1008(
+    server: RunningServer, voice: str, code: str
+) -> None:
+    url = f"ws://127.0.0.1:{server.port}/v1/text-to-speech/{voice}/stream-input"
+    async with connect(url) as ws:
+        error = parse_server_message(await ws.recv())
+        with pytest.raises(ConnectionClosed) as closed:
+            await ws.recv()
+    assert isinstance(error, ErrorOutput) and error.error == code, error
+    assert closed.value.rcvd is not None and closed.value.rcvd.code == 1008
+
+
+async def test_a_bad_message_gets_an_error_and_the_socket_goes_on(server: RunningServer) -> None:
+    async with connect(socket_url(server)) as ws:
+        for bad, code in (
+            ("not json", "invalid_json"),
+            (json.dumps({"text": 42, "context_id": "a"}), "invalid_text"),
+            (json.dumps({"context_id": "a"}), "missing_text"),
+            (json.dumps({"close_context": True}), "invalid_message"),
+        ):
+            await ws.send(bad)
+            error = parse_server_message(await ws.recv())
+            assert isinstance(error, ErrorOutput) and error.error == code, (bad, error)
+        await ws.send(json.dumps({"text": "Still here. ", "context_id": "a", "flush": True}))
+        await ws.send(json.dumps({"close_socket": True}))  # what the open context has is spoken, then the close
+        messages = await messages_until_final(ws, 1)
+        with pytest.raises(ConnectionClosed) as closed:
+            await asyncio.wait_for(ws.recv(), 10)
+    assert audio_of(messages, "a").size > 0
+    assert closed.value.rcvd is not None and closed.value.rcvd.code == 1000
