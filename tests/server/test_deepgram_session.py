@@ -1,5 +1,5 @@
 """WS /v1/speak (and the session path with Deepgram's query): each message, bad input, and Clear stopping work,
-with a client written to Deepgram's documented wire format (the real Pipecat service: test_deepgram_pipecat.py)."""
+with a client written to Deepgram's documented wire format (the real Pipecat service: test_pipecat_services.py)."""
 
 from __future__ import annotations
 

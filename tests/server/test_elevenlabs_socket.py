@@ -1,9 +1,9 @@
 """ElevenLabs' sockets on our server (sessions/elevenlabs.py, docs/elevenlabs.md).
 
-Pipecat's ``ElevenLabsTTSService``, pointed at the server by its URL alone, speaks an LLM reply sent as tokens; the
-words it reports from our alignment are the words sent, and its interruption stops the context at once. Raw
-sockets, written to ElevenLabs' documented messages, check what Pipecat does not use: ``stream-input``'s end of
-input, two contexts where one is barged in on, alignment that indexes the text sent, and bad input."""
+Raw sockets, written to ElevenLabs' documented messages, check what Pipecat's ``ElevenLabsTTSService``
+(test_pipecat_services.py) does not use: ``stream-input``'s end of input, two contexts where one is barged in on,
+alignment that indexes the text sent and adds up to the audio, the socket reached through SageMaker's stand-in, and
+bad input."""
 
 from __future__ import annotations
 
@@ -16,89 +16,15 @@ import numpy as np
 import pytest
 from kokoro_client.elevenlabs import AudioOutput, ErrorOutput, FinalOutput, parse_server_message
 from kokoro_client.session import ControlEvent
-from pipecat.frames.frames import InterruptionFrame
-from pipecat.pipeline.worker import PipelineWorker
-from pipecat.services.elevenlabs.tts import ElevenLabsTTSService
 from support.inproc_server import RunningServer
 from support.listener import WhisperListener, word_errors
-from support.pipecat_pipeline import PATIENT, Collector, reply_frames, run_pipeline, tokens
+from support.pipecat_pipeline import LONG_REPLY, REPLY, tokens
 from support.sagemaker import Certs, sagemaker
-from support.ws_client import assert_synthesis_stopped
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
-REPLY = "Sure, I can help with that. Your order shipped this morning and should arrive on Thursday."
-LONG_REPLY = (
-    "Let me walk you through every step of the return, one at a time. First, print the label we emailed you this "
-    "morning. Then pack the shoes in their original box, with the receipt on top. Tape the box shut and stick the "
-    "label on its largest side. Finally, drop it at any post office before the end of next week."
-)
 RATE = 16_000
 VOICE = "af_heart"
-
-
-def pipecat_service(server: RunningServer) -> ElevenLabsTTSService:
-    return ElevenLabsTTSService(
-        api_key="not-used-by-this-server",
-        url=f"ws://127.0.0.1:{server.port}",
-        sample_rate=RATE,
-        settings=ElevenLabsTTSService.Settings(voice=VOICE, model="eleven_flash_v2_5"),
-        **PATIENT,
-    )
-
-
-def heard(sink: Collector) -> str:
-    return WhisperListener.shared().transcribe(np.frombuffer(bytes(sink.audio), dtype="<i2"), rate=RATE)
-
-
-async def first_audio_s(worker: PipelineWorker, sink: Collector, text: str) -> float:
-    """Queues ``text`` as an LLM reply; seconds from its first token to its first audio."""
-    sink.first_audio.clear()
-    sent = time.perf_counter()
-    await worker.queue_frames(reply_frames(text))
-    await asyncio.wait_for(sink.first_audio.wait(), 60)
-    return time.perf_counter() - sent
-
-
-@pytest.mark.slow
-async def test_pipecat_elevenlabs_service_speaks_a_streamed_reply_with_its_words(server: RunningServer) -> None:
-    waits: list[float] = []
-
-    async def converse(worker: PipelineWorker, sink: Collector) -> None:
-        waits.append(await first_audio_s(worker, sink, REPLY))
-        await asyncio.wait_for(sink.stopped.wait(), 120)
-
-    sink = await run_pipeline(pipecat_service(server), RATE, converse)
-    assert not sink.errors, sink.errors
-    assert waits[0] < 2.0, f"first audio {waits[0]:.2f} s after the first token"
-    assert sink.rates == {RATE}
-    errors, words = word_errors(REPLY, heard(sink))
-    assert errors / words <= 0.05, heard(sink)
-    # Pipecat builds its word timestamps from our character alignment: they are the words sent, in order.
-    assert sink.words == REPLY.split(), sink.words
-
-
-@pytest.mark.slow
-async def test_a_pipecat_interruption_stops_the_context_and_the_next_reply_is_spoken(server: RunningServer) -> None:
-    scheduler = server.engine.scheduler
-    waits: list[float] = []
-
-    async def converse(worker: PipelineWorker, sink: Collector) -> None:
-        await first_audio_s(worker, sink, LONG_REPLY)
-        started = scheduler.started
-        await worker.queue_frame(InterruptionFrame())  # the caller spoke: Pipecat closes the context
-        await assert_synthesis_stopped(scheduler, started)
-        sink.audio.clear()
-        sink.stopped.clear()
-        # The next reply does not wait behind what was left of the first.
-        waits.append(await first_audio_s(worker, sink, REPLY))
-        await asyncio.wait_for(sink.stopped.wait(), 120)
-
-    sink = await run_pipeline(pipecat_service(server), RATE, converse)
-    assert not sink.errors, sink.errors
-    assert waits[0] < 2.0, f"first audio {waits[0]:.2f} s after the first token"
-    errors, words = word_errors(REPLY, heard(sink))
-    assert errors / words <= 0.05, heard(sink)
 
 
 @pytest.mark.slow

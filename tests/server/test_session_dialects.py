@@ -12,6 +12,7 @@ import kokoro_tts
 import pytest
 from kokoro_tts.sessions import core
 from kokoro_tts.sessions.bidi import BidiDialect
+from kokoro_tts.sessions.cartesia import CartesiaDialect
 from kokoro_tts.sessions.core import Dialect, Session
 from kokoro_tts.sessions.deepgram import DeepgramDialect
 from kokoro_tts.sessions.elevenlabs import ElevenLabsDialect
@@ -45,7 +46,7 @@ def test_a_dialect_touches_no_private_attribute_of_another_object(path: Path) ->
     assert foreign_private_attributes(path.read_text()) == []
 
 
-@pytest.mark.parametrize("dialect", [BidiDialect, DeepgramDialect, ElevenLabsDialect])
+@pytest.mark.parametrize("dialect", [BidiDialect, DeepgramDialect, ElevenLabsDialect, CartesiaDialect])
 def test_a_dialect_is_composed_into_the_core_not_derived_from_it(dialect: type) -> None:
     assert not issubclass(dialect, Session)
     assert Session not in inspect.getmro(dialect)
@@ -61,7 +62,8 @@ def test_the_core_knows_no_wire_protocol_frames() -> None:
             imported.setdefault(node.module, set()).update(alias.name for alias in node.names)
         elif isinstance(node, ast.Import):
             imported.update({alias.name: set() for alias in node.names})
-    assert not [name for name in imported if name in {"kokoro_client.deepgram", "kokoro_client.elevenlabs"}]
+    vocabularies = {"kokoro_client.deepgram", "kokoro_client.elevenlabs", "kokoro_client.cartesia"}
+    assert not [name for name in imported if name in vocabularies]
     assert not [name for name in imported if name.startswith("kokoro_tts.sessions.")]
     assert imported.get("kokoro_client.protocol", set()) <= {"CLOSE_NORMAL", "CLOSE_GOING_AWAY", "WordTiming"}
 

@@ -12,6 +12,7 @@ import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
+from kokoro_client.cartesia import WEBSOCKET_PATH as CARTESIA_PATH
 from kokoro_client.deepgram import SPEAK_PATH, selects_deepgram
 from kokoro_client.elevenlabs import MULTI_STREAM_INPUT_PATH, STREAM_INPUT_PATH
 from kokoro_client.errors import TTSError
@@ -29,6 +30,7 @@ from kokoro_tts.routes.captioned import CAPTIONED_PATH, captioned_speech
 from kokoro_tts.routes.sagemaker import health, invocations, ping
 from kokoro_tts.server.request_ids import RequestIds
 from kokoro_tts.sessions.bidi import BidiDialect
+from kokoro_tts.sessions.cartesia import CartesiaDialect
 from kokoro_tts.sessions.core import Dialect, Session
 from kokoro_tts.sessions.deepgram import DeepgramDialect
 from kokoro_tts.sessions.elevenlabs import ElevenLabsDialect
@@ -52,6 +54,9 @@ def create_app(
 
     async def deepgram_speak(websocket: WebSocket) -> None:
         await serve_session(websocket, DeepgramDialect)
+
+    async def cartesia_websocket(websocket: WebSocket) -> None:
+        await serve_session(websocket, CartesiaDialect)
 
     async def elevenlabs_stream_input(websocket: WebSocket) -> None:
         await serve_session(websocket, ElevenLabsDialect.single)
@@ -114,6 +119,7 @@ def create_app(
             WebSocketRoute(SPEAK_PATH, deepgram_speak),
             WebSocketRoute(STREAM_INPUT_PATH, elevenlabs_stream_input),
             WebSocketRoute(MULTI_STREAM_INPUT_PATH, elevenlabs_multi_stream_input),
+            WebSocketRoute(CARTESIA_PATH, cartesia_websocket),
         ],
         middleware=[Middleware(RequestIds)],
         exception_handlers=errors.HANDLERS,

@@ -106,7 +106,7 @@ class BidiDialect:
     def _enqueue(self, utterance_id: str, command: Synthesize) -> None:
         session = self._session
         session.refuse_when_draining()
-        self._check_queue()
+        session.refuse_when_full("synthesis_complete")
         fmt = self._defaults.format
         rate = output_rate(fmt, command.sample_rate if command.sample_rate is not None else self._defaults.sample_rate)
         request = session.engine.rules.speech(
@@ -120,15 +120,6 @@ class BidiDialect:
                 utterance_id, Pieces.whole(request), fmt, rate, word_timestamps=self._defaults.word_timestamps
             )
         )
-
-    def _check_queue(self) -> None:
-        queued = len(self._session.queued)
-        if queued >= self._session.settings.max_queued_utterances:
-            raise TTSError(
-                ErrorCode.QUEUE_FULL,
-                f"{queued} utterances are already queued (the limit); "
-                "wait for a synthesis_complete before sending more.",
-            )
 
     async def _append(self, command: Append) -> None:
         if not isinstance(command.text, str):
@@ -159,7 +150,7 @@ class BidiDialect:
     def _open_utterance(self, utterance_id: str, command: Append) -> WrittenUtterance:
         session = self._session
         session.refuse_when_draining()
-        self._check_queue()
+        session.refuse_when_full("synthesis_complete")
         rules = session.engine.rules
         voice = command.voice if command.voice is not None else self._defaults.voice
         voice = rules.voice(voice if voice is not None else session.settings.default_voice)

@@ -3,10 +3,11 @@
 A ``Session`` holds one client's queue of utterances and speaks them strictly in order, each through the session's
 stream (engine/runs.py, which admits, runs and meters it): two tasks, a receiver that hands each incoming message to
 the dialect and a speaker that speaks the queue; cancel, close-when-spoken, the send lock, the end when the client
-vanishes and the drain on shutdown. It knows no wire protocol's frames: a ``Dialect`` (sessions/bidi.py,
-sessions/deepgram.py, sessions/elevenlabs.py) turns messages into calls on the session's public methods and renders
-events (a run's, and the session's own: an utterance finished, a shutdown) into its own frames. The receiver keeps
-reading after a close, so a client that vanishes while its queue is spoken stops that work at once.
+vanishes and the drain on shutdown. It knows no wire protocol's frames: a ``Dialect`` (bidi.py, deepgram.py,
+elevenlabs.py, cartesia.py; writing.py is what they share) turns messages into calls on the session's public
+methods and renders events (a run's, and the session's own: an utterance finished, a shutdown) into its own frames.
+The receiver keeps reading after a close, so a client that vanishes while its queue is spoken stops that work at
+once.
 """
 
 from __future__ import annotations
@@ -139,6 +140,16 @@ class Session:
         message ``close``)."""
         if self._closing:
             raise TTSError(ErrorCode.INVALID_MESSAGE, f"The session is closing: it takes nothing new after {close}.")
+
+    def refuse_when_full(self, wait_for: str) -> None:
+        """For a message that adds an utterance: ``queue_full`` once the queue holds as many as a session may
+        (``wait_for``: the dialect's message that says one has been spoken)."""
+        queued = len(self._queue)
+        if queued >= self.settings.max_queued_utterances:
+            raise TTSError(
+                ErrorCode.QUEUE_FULL,
+                f"{queued} utterances are already queued (the limit); wait for a {wait_for} before sending more.",
+            )
 
     def refuse_when_draining(self) -> None:
         """For a message that adds an utterance: ``shutting_down`` once the server is stopping."""

@@ -195,12 +195,7 @@ class ElevenLabsDialect:
         session = self._session
         session.refuse_when_closing("close_socket")
         session.refuse_when_draining()
-        queued = len(session.queued)
-        if queued >= session.settings.max_queued_utterances:
-            raise TTSError(
-                ErrorCode.QUEUE_FULL,
-                f"{queued} contexts are already waiting to be spoken (the limit); close one before opening another.",
-            )
+        session.refuse_when_full("final message (isFinal)")
         settings = message.voice_settings or {}
         speed = session.engine.rules.speed(settings.get("speed"))
         options = self.options

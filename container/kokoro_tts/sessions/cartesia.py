@@ -1,0 +1,172 @@
+"""WS /tts/websocket: Cartesia's socket as a dialect of the session core (sessions/core.py).
+
+The vocabulary is kokoro_client.cartesia's; everything else is the session core's (one speaker, the caps, the end
+when the client vanishes, the drain on shutdown). A context is one utterance written as it comes
+(sessions/writing.py): each request's ``transcript`` goes through the fragment buffer, so an LLM's tokens may be sent
+as they arrive with ``continue: true``; a request with ``continue: false`` (an empty transcript will do) ends the
+context, and ``done`` follows its last audio. Contexts are spoken in the order they were opened, each to its end.
+What differs from Cartesia, and why, is in docs/cartesia.md:
+- The voice, format, speed and ``add_timestamps`` are the context's first request's; later ones only add text.
+- ``cancel`` stops the context at once (its queued text dropped, its audio in flight stopped within a window); no
+  message of it follows.
+- ``timestamps`` (when asked for) come before the chunk their words start in, in seconds from the context's start,
+  from the server's word timestamps; each word is given with the punctuation it is written with, as Cartesia's are.
+- A refused request gets an ``error`` message naming its context, with the stable ``code``; the socket carries on.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from kokoro_client.cartesia import (
+    Cancel,
+    Chunk,
+    Done,
+    ErrorMessage,
+    Generate,
+    ServerMessage,
+    Timestamps,
+    encode,
+    parse_client_message,
+)
+from kokoro_client.errors import ErrorCode, TTSError
+from kokoro_client.protocol import WordTiming
+
+from kokoro_tts.audio.encoding import audio_format, output_rate
+from kokoro_tts.engine.events import Audio, Refused, Words
+from kokoro_tts.engine.utterances import Pieces, Utterance
+from kokoro_tts.sessions.core import Finished, Session, SessionEvent, ShuttingDown
+from kokoro_tts.sessions.writing import WrittenUtterance
+
+
+@dataclass(eq=False)
+class _Context:
+    written: WrittenUtterance
+    cancelled: bool = False
+    text: list[str] = field(default_factory=list)  # every character the client sent for it
+    word_end: int = 0  # where the last word reported ends in ``text``
+
+    @property
+    def id(self) -> str:
+        return self.written.utterance.id  # a context's utterance is named by its context_id
+
+    def received(self, transcript: str) -> None:
+        self.text.extend(transcript)
+
+    def as_written(self, word: WordTiming) -> str:
+        """``word`` with the punctuation it is written with ("Sure," and "(yes)"), as Cartesia reports words: the
+        words a client joins are then the text it sent."""
+        start, end = word.char_start, word.char_end
+        while start > self.word_end and _punctuation(self.text[start - 1]):
+            start -= 1
+        while end < len(self.text) and _punctuation(self.text[end]):
+            end += 1
+        self.word_end = end
+        return "".join(self.text[start:end])
+
+
+def _punctuation(char: str) -> bool:
+    return not char.isspace() and not char.isalnum()
+
+
+class CartesiaDialect:
+    """Cartesia's messages on a session (sessions/core.py's ``Dialect``)."""
+
+    def __init__(self, session: Session) -> None:
+        self._session = session
+        self._open: dict[str, _Context] = {}  # contexts that take text
+        self._speaking: dict[str, _Context] = {}  # every context not yet finished
+        self._unnamed = 0  # requests without a context_id: each its own context
+
+    @property
+    def route(self) -> str:
+        return "cartesia"
+
+    async def opened(self) -> bool:
+        return True  # the API key and Cartesia-Version are accepted and ignored: nothing to check at open
+
+    # --- receiving -------------------------------------------------------------------------------------------
+
+    async def received(self, raw: str | bytes) -> None:
+        match parse_client_message(raw, self._session.settings.max_message_bytes):
+            case Generate() as request:
+                await self._generate(request)
+            case Cancel(context_id=context_id):
+                await self._cancel(context_id)
+
+    async def _generate(self, request: Generate) -> None:
+        if request.context_id is None:
+            self._unnamed += 1
+        context_id = request.context_id or f"unnamed-{self._unnamed}"
+        context = self._open.get(context_id)
+        try:
+            if context is None:
+                context = self._open_context(context_id, request)
+            if too_long := context.written.too_long(len(request.transcript)):
+                raise too_long
+        except TTSError as error:
+            await self._session.refuse(error, context_id)
+            return
+        context.received(request.transcript)
+        await context.written.append(request.transcript)
+        if not request.more:
+            del self._open[context_id]
+            await context.written.end()
+
+    def _open_context(self, context_id: str, request: Generate) -> _Context:
+        session = self._session
+        if context_id in self._speaking:
+            raise TTSError(
+                ErrorCode.INVALID_ID,
+                f"Context {context_id!r} has ended (its last request had continue false); use a new context_id.",
+            )
+        session.refuse_when_draining()
+        session.refuse_when_full("done")
+        rules = session.engine.rules
+        voice, speed = rules.voice(request.voice), rules.speed(request.speed)
+        fmt = audio_format(request.format)
+        utterance = Utterance.in_format(
+            context_id, Pieces(), fmt, output_rate(fmt, request.sample_rate), word_timestamps=request.add_timestamps
+        )
+        session.enqueue(utterance)
+        context = _Context(WrittenUtterance(session, utterance, voice.spec, speed, literal=False))
+        self._open[context_id] = context
+        self._speaking[context_id] = context
+        return context
+
+    async def _cancel(self, context_id: str) -> None:
+        context = self._open.pop(context_id, None) or self._speaking.get(context_id)
+        if context is None:
+            return  # finished already, or never opened
+        context.cancelled = True
+        context.written.stop()
+        for dropped in self._session.cancel(context_id):  # it was still queued: it has no run to finish
+            self._speaking.pop(dropped, None)
+
+    # --- the session's events -----------------------------------------------------------------------------------
+
+    async def render(self, event: SessionEvent) -> None:
+        match event:
+            case Words(utterance=u, words=words):
+                if (context := self._speaking.get(u.id)) is not None:
+                    start = tuple(round(w.start_ms / 1000, 3) for w in words)
+                    end = tuple(round(w.end_ms / 1000, 3) for w in words)
+                    await self._send(Timestamps(u.id, tuple(context.as_written(w) for w in words), start, end))
+            case Audio(utterance=u, data=data):
+                await self._send(Chunk(u.id, data))
+            case Refused(error=error, utterance_id=context_id):
+                await self._send(ErrorMessage.of(error, context_id))
+            case Finished(utterance=u):
+                context = self._speaking.pop(u.id, None)
+                if context is not None and self._open.get(u.id) is context:  # it ended early (an error)
+                    del self._open[u.id]
+                    context.written.stop()
+                if context is not None and not context.cancelled:
+                    await self._send(Done(u.id))
+            case ShuttingDown():
+                error = TTSError(ErrorCode.SHUTTING_DOWN, "The server is shutting down; this text was not spoken.")
+                for context_id in self._speaking:
+                    await self._send(ErrorMessage.of(error, context_id))
+
+    async def _send(self, message: ServerMessage) -> None:
+        await self._session.send_text(encode(message))
