@@ -3,7 +3,7 @@
 Pipecat's ``CartesiaTTSService`` and LiveKit's ``cartesia`` plugin speak it. docs/cartesia.md has the prose: what is
 supported, mapped or ignored. Client → server: generation requests (``transcript`` for a ``context_id``, with
 ``continue`` while more will follow) and cancels, as JSON text messages. Server → client: ``chunk`` (base64 audio),
-``timestamps`` (words, in seconds from the context's start), ``done`` and ``error`` (with ``code``, one of
+``timestamps`` (words, in seconds from the context's start), ``done`` and ``error`` (``error_code``: one of
 ``kokoro_client.errors.ErrorCode``) messages, each naming its context.
 """
 
@@ -98,7 +98,8 @@ def encode(message: ServerMessage) -> str:
         case Done():
             value = {"type": "done", "done": True, "status_code": 200}
         case ErrorMessage(code=code, error=error):
-            value = {"type": "error", "error": error, "code": code, "done": True, "status_code": 400}
+            value = {"type": "error", "error_code": code, "title": code, "message": error, "done": True}
+            value["status_code"] = 400
     value["context_id"] = message.context_id
     return json.dumps(value, ensure_ascii=False)
 
@@ -116,7 +117,7 @@ def parse_server_message(raw: str | bytes) -> ServerMessage:
         if kind == "done":
             return Done(context_id)
         if kind == "error":
-            return ErrorMessage(context_id, value["code"], value["error"])
+            return ErrorMessage(context_id, value["error_code"], value["message"])
         raise KeyError(kind)
     except (ValueError, RecursionError, AttributeError, KeyError, TypeError):
         raise TTSError(ErrorCode.INVALID_MESSAGE, f"not a message of the Cartesia socket: {raw[:200]!r}") from None

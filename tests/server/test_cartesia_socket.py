@@ -2,7 +2,7 @@
 
 Raw sockets, written to Cartesia's documented messages, check what Pipecat's ``CartesiaTTSService``
 (test_pipecat_services.py) does not: two contexts where one is cancelled, timestamps of the words sent, a context
-that takes no text after its end, G.711 output, and bad input."""
+that takes no text after its end, G.711 output, bad input, and the socket reached through SageMaker's stand-in."""
 
 from __future__ import annotations
 
@@ -13,9 +13,11 @@ from typing import Any
 import numpy as np
 import pytest
 from kokoro_client.cartesia import Chunk, Done, ErrorMessage, Timestamps, parse_server_message
+from kokoro_client.session import ControlEvent
 from support.inproc_server import RunningServer
 from support.listener import WhisperListener, word_errors
 from support.pipecat_pipeline import LONG_REPLY, REPLY, tokens
+from support.sagemaker import Certs, sagemaker
 from websockets.asyncio.client import ClientConnection, connect
 
 RATE = 16_000
@@ -101,3 +103,24 @@ async def test_a_bad_request_gets_an_error_naming_its_context_and_the_socket_goe
         await ws.send(request("a", "Still here.", more=False, output_format=MULAW))
         messages = await messages_until_done(ws, "a")
     assert audio_of(messages, "a").size > 0
+
+
+@pytest.mark.slow
+async def test_the_socket_is_reached_through_sagemakers_bidirectional_stream(
+    server: RunningServer, certs: Certs
+) -> None:
+    """SageMaker sends the container's path as ModelInvocationPath: the stand-in opens the socket there."""
+    async with asyncio.timeout(120), sagemaker(f"ws://127.0.0.1:{server.port}", certs) as (transport, _):
+        stream = await transport.open_stream("tts/websocket")
+        for token in tokens(REPLY):
+            await stream.send_json(json.loads(request("turn", token, more=True)))
+        await stream.send_json(json.loads(request("turn", "", more=False)))
+        messages = []
+        async for event in stream.events():
+            assert isinstance(event, ControlEvent), event  # every message of this socket is JSON
+            messages.append(parse_server_message(json.dumps(event.message)))
+            if isinstance(messages[-1], Done):
+                break
+    heard_reply = WhisperListener.shared().transcribe(audio_of(messages, "turn"), rate=24_000)
+    errors, words = word_errors(REPLY, heard_reply)
+    assert errors / words <= 0.05, heard_reply
