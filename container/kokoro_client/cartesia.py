@@ -19,8 +19,11 @@ from .errors import ErrorCode, TTSError, quoted
 from .json_messages import json_object
 
 WEBSOCKET_PATH: Final = "/tts/websocket"
+BYTES_PATH: Final = "/tts/bytes"
 ENCODINGS: Final = {"pcm_s16le": "pcm", "pcm_mulaw": "mulaw", "pcm_alaw": "alaw"}
 """Cartesia's raw ``encoding`` values → this server's format names (``pcm_f32le`` is not one: docs/cartesia.md)."""
+WAV_ENCODINGS: Final = {"pcm_s16le": "wav", "pcm_mulaw": "wav_mulaw", "pcm_alaw": "wav_alaw"}
+"""The same in a WAV container (``POST /tts/bytes`` only; a socket sends raw samples)."""
 MAX_CONTEXT_ID: Final = 256
 
 
@@ -47,6 +50,17 @@ class Cancel:
 
 
 ClientMessage = Generate | Cancel
+
+
+@dataclass(frozen=True)
+class BytesRequest:
+    """``POST /tts/bytes``: the whole transcript, answered with its audio."""
+
+    transcript: str
+    voice: str
+    format: str  # this server's format name
+    sample_rate: int
+    speed: float | None
 
 
 @dataclass(frozen=True)
@@ -144,12 +158,25 @@ def parse_client_message(raw: str | bytes, max_bytes: int) -> ClientMessage:
     add_timestamps = value.get("add_timestamps", False)
     if not isinstance(more, bool) or not isinstance(add_timestamps, bool):
         raise TTSError(ErrorCode.INVALID_MESSAGE, "'continue' and 'add_timestamps' must be true or false.")
-    fmt, rate = _output_format(value.get("output_format"))
+    fmt, rate = _output_format(value.get("output_format"), containers=("raw",))
     return Generate(transcript, context_id, more, _voice(value.get("voice")), fmt, rate, add_timestamps, _speed(value))
 
 
+def parse_bytes_request(value: Mapping[str, Any]) -> BytesRequest:
+    """``POST /tts/bytes``'s JSON body, typed; ``TTSError`` if it is not one."""
+    transcript = value.get("transcript")
+    if transcript is None:
+        raise TTSError(ErrorCode.MISSING_TEXT, "The request needs 'transcript'.")
+    if not isinstance(transcript, str):
+        raise TTSError(ErrorCode.INVALID_TEXT, f"'transcript' must be a string, not {type(transcript).__name__}.")
+    fmt, rate = _output_format(value.get("output_format"), containers=("raw", "wav", "mp3"))
+    return BytesRequest(transcript, _voice(value.get("voice")), fmt, rate, _speed(value))
+
+
 def _voice(voice: object) -> str:
-    """Cartesia's ``{"mode": "id", "id": ...}``: the id names a Kokoro voice or blend."""
+    """Cartesia's ``{"mode": "id", "id": ...}``, or the id alone: it names a Kokoro voice or blend."""
+    if isinstance(voice, str):
+        return voice
     if not isinstance(voice, Mapping) or voice.get("mode", "id") != "id" or not isinstance(voice.get("id"), str):
         raise TTSError(
             ErrorCode.INVALID_VOICE, 'A generation request needs \'voice\': {"mode": "id", "id": "af_heart"}.'
@@ -158,23 +185,25 @@ def _voice(voice: object) -> str:
     return voice_id
 
 
-def _output_format(output: object) -> tuple[str, int]:
-    if not isinstance(output, Mapping) or output.get("container", "raw") != "raw":
+def _output_format(output: object, containers: tuple[str, ...]) -> tuple[str, int]:
+    container = output.get("container") if isinstance(output, Mapping) else None
+    if not isinstance(output, Mapping) or container not in containers:
         raise TTSError(
             ErrorCode.UNSUPPORTED_FORMAT,
-            '\'output_format\' must be {"container": "raw", "encoding": "pcm_s16le", "sample_rate": 24000}: '
-            "this socket sends raw samples.",
+            f"'output_format' must name a container ({', '.join(containers)}), an encoding and a sample_rate, "
+            'such as {"container": "raw", "encoding": "pcm_s16le", "sample_rate": 24000}.',
         )
     encoding = output.get("encoding")
-    if encoding not in ENCODINGS:
+    encodings = {"raw": ENCODINGS, "wav": WAV_ENCODINGS}.get(str(container))
+    if encodings is not None and encoding not in encodings:
         raise TTSError(
             ErrorCode.UNSUPPORTED_FORMAT,
-            f"'encoding' {quoted(encoding)} is not one this socket sends; use one of: {', '.join(ENCODINGS)}.",
+            f"'encoding' {quoted(encoding)} is not one this server sends; use one of: {', '.join(encodings)}.",
         )
     rate = output.get("sample_rate")
     if isinstance(rate, bool) or not isinstance(rate, int):
         raise TTSError(ErrorCode.UNSUPPORTED_SAMPLE_RATE, f"'sample_rate' must be an integer, not {quoted(rate)}.")
-    return ENCODINGS[encoding], rate
+    return (encodings[str(encoding)] if encodings is not None else "mp3"), rate
 
 
 def _speed(value: Mapping[str, Any]) -> float | None:

@@ -31,6 +31,11 @@ _OUTPUT_FORMAT = re.compile(r"(pcm|ulaw|alaw|mp3)_(\d{4,5})(?:_\d{2,3})?")
 _CODECS: Final = {"pcm": "pcm", "ulaw": "mulaw", "alaw": "alaw", "mp3": "mp3"}
 
 
+def error_detail(error: TTSError) -> dict[str, Any]:
+    """An HTTP refusal's body, in ElevenLabs' shape; ``status`` is the stable code."""
+    return {"detail": {"status": error.code.value, "message": error.message}}
+
+
 def output_format(name: str) -> tuple[str, int]:
     """ElevenLabs' ``output_format`` (``pcm_24000``, ``ulaw_8000``, ``mp3_44100_128``) as this server's format name
     and sample rate; an mp3 bitrate is the encoder's own. ``unsupported_format`` for one this server cannot send."""

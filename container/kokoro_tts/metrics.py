@@ -44,7 +44,10 @@ ROUTES = {
     "/invocations-bidirectional-stream": "ws",
     "/v1/speak": "deepgram",
     "/dev/captioned_speech": "captioned",
+    "/tts/websocket": "cartesia",
+    "/tts/bytes": "cartesia",
 }
+ROUTE_PREFIXES = {"/v1/text-to-speech/": "elevenlabs"}  # the voice is in the path
 
 TIME_TO_FIRST_AUDIO = Histogram(
     "kokoro_tts_time_to_first_audio_seconds",
@@ -78,7 +81,9 @@ ERRORS = Counter(
 
 
 def route_of(path: str) -> str:
-    return ROUTES.get(path, "other")
+    if path in ROUTES:
+        return ROUTES[path]
+    return next((route for prefix, route in ROUTE_PREFIXES.items() if path.startswith(prefix)), "other")
 
 
 def first_audio(route: str, seconds: float) -> None:

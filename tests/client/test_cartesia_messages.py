@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 from kokoro_client.cartesia import (
+    BytesRequest,
     Cancel,
     Chunk,
     Done,
@@ -14,6 +15,7 @@ from kokoro_client.cartesia import (
     Generate,
     Timestamps,
     encode,
+    parse_bytes_request,
     parse_client_message,
     parse_server_message,
 )
@@ -78,3 +80,15 @@ def test_the_server_messages_read_as_clients_read_them() -> None:
         ErrorMessage(None, "invalid_json", "no"),
     ):
         assert parse_server_message(encode(message)) == message
+
+
+def test_a_bytes_request_takes_a_container_and_the_voice_id_alone() -> None:
+    body = {"transcript": "Hi.", "voice": "af_heart", "model_id": "sonic-3"}
+    wav = {"container": "wav", "encoding": "pcm_mulaw", "sample_rate": 8000}
+    expected = BytesRequest("Hi.", "af_heart", "wav_mulaw", 8000, None)
+    assert parse_bytes_request({**body, "output_format": wav}) == expected
+    mp3 = {"container": "mp3", "sample_rate": 44100, "bit_rate": 128000}
+    assert parse_bytes_request({**body, "output_format": mp3}).format == "mp3"
+    with pytest.raises(TTSError) as refused:
+        parse({**body, "output_format": wav, "context_id": "c"})  # a socket sends raw samples only
+    assert refused.value.code == "unsupported_format"

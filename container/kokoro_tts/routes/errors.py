@@ -2,22 +2,25 @@
 refusal, counted once under the route's label; a client that left (``ClientGone``) gets nothing.
 
 Starlette's exception handlers call these (``HANDLERS``), so a route only raises. Routes whose clients are
-OpenAI's SDKs answer in OpenAI's error shape; the others in ours (docs/protocol.md).
+OpenAI's SDKs answer in OpenAI's error shape, ElevenLabs' routes in ElevenLabs'; the others in ours
+(docs/protocol.md).
 """
 
 from __future__ import annotations
 
 import asyncio
 
+from kokoro_client.elevenlabs import error_detail
 from kokoro_client.errors import ErrorCode, TTSError
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import JSONResponse, Response
 
 from kokoro_tts import metrics
 from kokoro_tts.routes import openai
 from kokoro_tts.routes.captioned import CAPTIONED_PATH
-from kokoro_tts.routes.streaming import GONE, ClientGone, error_response
+from kokoro_tts.routes.streaming import GONE, ClientGone, error_response, retry_after
 
+_ELEVENLABS_SHAPED = "/v1/text-to-speech/"
 # Kokoro-FastAPI's captioned route takes OpenAI's body, so it answers in OpenAI's shape too.
 _OPENAI_SHAPED = ("/v1/", CAPTIONED_PATH)
 # While the model loads, "retry later" answered at once invites a client that retries without a pause (or a flood)
@@ -33,6 +36,8 @@ async def refused(request: Request, error: Exception) -> Response:
     metrics.error(metrics.route_of(path), error.code)
     if error.code == ErrorCode.NOT_READY:
         await asyncio.sleep(NOT_READY_HOLD_S)
+    if path.startswith(_ELEVENLABS_SHAPED):
+        return JSONResponse(error_detail(error), status_code=error.http_status, headers=retry_after(error))
     if path.startswith(_OPENAI_SHAPED):
         return openai.error_response(error)
     return error_response(error)

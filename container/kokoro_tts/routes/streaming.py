@@ -31,10 +31,14 @@ log = logging.getLogger(__name__)
 def error_response(error: TTSError, body: dict[str, Any] | None = None) -> JSONResponse:
     """The refusal as JSON, ``{"error": body}`` (the error's own fields unless a route words it in its dialect),
     with its HTTP status and, when the client should come back, Retry-After."""
-    headers = {"Retry-After": str(error.retry_after_s)} if error.retry_after_s is not None else None
     return JSONResponse(
-        {"error": error.to_dict() if body is None else body}, status_code=error.http_status, headers=headers
+        {"error": error.to_dict() if body is None else body}, status_code=error.http_status, headers=retry_after(error)
     )
+
+
+def retry_after(error: TTSError) -> dict[str, str] | None:
+    """The Retry-After header of a refusal whose client should come back."""
+    return {"Retry-After": str(error.retry_after_s)} if error.retry_after_s is not None else None
 
 
 class ClientGone(Exception):

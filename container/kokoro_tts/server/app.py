@@ -12,6 +12,7 @@ import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
+from kokoro_client.cartesia import BYTES_PATH as CARTESIA_BYTES_PATH
 from kokoro_client.cartesia import WEBSOCKET_PATH as CARTESIA_PATH
 from kokoro_client.deepgram import SPEAK_PATH, selects_deepgram
 from kokoro_client.elevenlabs import MULTI_STREAM_INPUT_PATH, STREAM_INPUT_PATH
@@ -24,6 +25,8 @@ from starlette.websockets import WebSocket
 
 from kokoro_tts import metrics
 from kokoro_tts.engine.synthesis import TTSEngine
+from kokoro_tts.routes import cartesia as cartesia_api
+from kokoro_tts.routes import elevenlabs as elevenlabs_api
 from kokoro_tts.routes import errors
 from kokoro_tts.routes import openai as openai_api
 from kokoro_tts.routes.captioned import CAPTIONED_PATH, captioned_speech
@@ -114,6 +117,8 @@ def create_app(
             Route("/v1/models", openai_api.models, methods=["GET"]),
             Route("/v1/models/{model_id:path}", openai_api.model, methods=["GET"]),
             Route(CAPTIONED_PATH, captioned_speech, methods=["POST"]),
+            *(Route(path, elevenlabs_api.text_to_speech, methods=["POST"]) for path in elevenlabs_api.PATHS),
+            Route(CARTESIA_BYTES_PATH, cartesia_api.tts_bytes, methods=["POST"]),
             WebSocketRoute(WS_PATH, bidirectional_stream),
             Route("/metrics", metrics.metrics_endpoint, methods=["GET"]),
             WebSocketRoute(SPEAK_PATH, deepgram_speak),

@@ -43,6 +43,7 @@ from kokoro_client.errors import ErrorCode, TTSError
 from kokoro_client.protocol import WordTiming
 
 from kokoro_tts.audio.encoding import AudioFormat, audio_format, output_rate
+from kokoro_tts.engine.character_timing import CharacterTimes, TimedChar
 from kokoro_tts.engine.events import Audio, Refused, Words
 from kokoro_tts.engine.utterances import Pieces, Utterance
 from kokoro_tts.sessions.core import Finished, Session, SessionEvent, ShuttingDown
@@ -55,29 +56,12 @@ class _Aligner:
     """A context's characters, timed from the words spoken, handed out with the audio their sound starts in."""
 
     def __init__(self) -> None:
-        self._chars: list[str] = []  # every character the client sent for the context
-        self._timed: deque[tuple[str, float]] = deque()  # characters timed and not yet sent: (char, start ms)
-        self._next = 0  # the first character not yet timed
-        self._word_end_ms = 0.0  # where the last word timed ends
+        self.characters = CharacterTimes()
+        self._timed: deque[TimedChar] = deque()  # timed and not yet sent
         self._sent_ms = 0.0  # the audio handed out so far
 
-    def received(self, text: str) -> None:
-        self._chars.extend(text)
-
     def words(self, words: tuple[WordTiming, ...]) -> None:
-        for word in words:
-            self._spread(word.char_start, self._word_end_ms, word.start_ms)  # the text before it: the gap
-            self._spread(word.char_end, word.start_ms, word.end_ms)
-            self._word_end_ms = word.end_ms
-
-    def _spread(self, end: int, start_ms: float, end_ms: float) -> None:
-        count = end - self._next
-        if count <= 0:
-            return
-        step = max(end_ms - start_ms, 0.0) / count
-        for i in range(count):
-            self._timed.append((self._chars[self._next + i], start_ms + i * step))
-        self._next = end
+        self._timed.extend(self.characters.words(words))
 
     def audio(self, seconds: float) -> Alignment | None:
         """The characters whose sound starts in the next ``seconds`` of audio, timed from its start (the last one's
@@ -85,9 +69,9 @@ class _Aligner:
         start_ms, end_ms = self._sent_ms, self._sent_ms + seconds * 1000.0
         self._sent_ms = end_ms
         taken: list[tuple[str, float]] = []
-        while self._timed and self._timed[0][1] < end_ms:
-            char, at = self._timed.popleft()
-            taken.append((char, max(at - start_ms, 0.0)))
+        while self._timed and self._timed[0].start_ms < end_ms:
+            timed = self._timed.popleft()
+            taken.append((timed.char, max(timed.start_ms - start_ms, 0.0)))
         if not taken:
             return None
         starts = [round(at) for _, at in taken]
@@ -184,7 +168,7 @@ class ElevenLabsDialect:
             if too_long := context.written.too_long(len(text)):
                 await self._session.refuse(too_long, context.written.utterance.id)
                 return
-            context.aligner.received(text)
+            context.aligner.characters.received(text)
             await context.written.append(text)
             context.flushed = context.flushed and not text.strip()
         if message.flush:
