@@ -37,6 +37,7 @@ class ErrorCode(StrEnum):
     SHUTTING_DOWN = "shutting_down"
     REQUEST_TIMEOUT = "request_timeout"
     INTERNAL_ERROR = "internal_error"
+    UNAUTHORIZED = "unauthorized"
 
 
 _STATUS = {
@@ -50,6 +51,7 @@ _STATUS = {
     ErrorCode.REQUEST_TIMEOUT: 408,
     ErrorCode.QUEUE_FULL: 429,
     ErrorCode.INTERNAL_ERROR: 500,
+    ErrorCode.UNAUTHORIZED: 401,
 }
 
 

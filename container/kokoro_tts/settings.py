@@ -15,6 +15,13 @@ from kokoro_client.environment import SettingError, listing, setting
 __all__ = ["SettingError", "Settings", "environment"]
 
 
+class Secret(str):
+    """A setting's value that no log or repr shows."""
+
+    def __repr__(self) -> str:
+        return "'***'" if self else "''"
+
+
 @dataclass(frozen=True)
 class Settings:
     # SageMaker mounts the S3 weight cache at /opt/ml/model; locally `make weights` fills models/kokoro.
@@ -22,6 +29,11 @@ class Settings:
     backend: str = setting("KOKORO_BACKEND", "onnx", "onnx (any CPU) or torch (the GPU image)")
     device: str = setting("KOKORO_DEVICE", "auto", "auto, cpu or cuda")
     default_voice: str = setting("KOKORO_DEFAULT_VOICE", "af_heart", "the voice when a request names none")
+    # Clients of the vendor-compatible routes send an API key; on a server reachable without SageMaker's IAM, the
+    # operator can require one (server/api_keys.py). Unset: keys are accepted and ignored.
+    api_key: Secret = setting(
+        "KOKORO_API_KEY", Secret(""), "the key the vendor-compatible routes require (unset: none)", kind=Secret
+    )
     # Long enough for any spoken reply, short enough that one request cannot occupy the engine for minutes.
     # Longer text is rejected with text_too_long, never truncated.
     max_text_chars: int = setting("KOKORO_MAX_TEXT_CHARS", 5000, "characters per utterance")

@@ -56,3 +56,10 @@ def test_the_defaults_the_docs_quote_are_the_declared_ones() -> None:
     assert len(quoted) >= 5, quoted  # docs/protocol.md quotes the limits' defaults
     wrong = [(doc, name, value) for doc, name, value in quoted if float(value) != float(DECLARED[name])]
     assert not wrong, f"docs quote defaults that settings.py does not declare: {wrong}"
+
+
+def test_the_api_key_is_read_but_never_shown(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KOKORO_API_KEY", "sk-do-not-log-me")
+    settings = Settings()
+    assert settings.api_key == "sk-do-not-log-me"
+    assert "sk-do-not-log-me" not in repr(settings)

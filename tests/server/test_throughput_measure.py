@@ -12,17 +12,11 @@ import threading
 from collections.abc import Iterator
 
 import pytest
-from hypercorn.asyncio import serve
 from kokoro_tts.engine.capacity import MEASURED, StreamSlots
-from kokoro_tts.engine.synthesis import TTSEngine
-from kokoro_tts.server.app import create_app
-from kokoro_tts.server.serve import hypercorn_config
-from kokoro_tts.settings import Settings
 from support.eventually import eventually
 from support.idle import wait_idle
 from support.inproc_server import RunningServer
-
-from scripts.servers import free_port
+from support.loading_server import loading_server
 
 CONNECTIONS = 16
 NOT_READY = (
@@ -36,31 +30,9 @@ def throughput(measured: tuple[float, float]) -> float:
 
 
 @pytest.fixture
-def loading_server(model_dir: object) -> Iterator[int]:
-    """A real Hypercorn whose app never finishes loading: every synthesis is answered 503 not_ready."""
-    loaded = threading.Event()
-
-    def never(settings: Settings) -> TTSEngine:
-        loaded.wait()
-        raise RuntimeError("test over")
-
-    port, stop = free_port(), threading.Event()
-
-    async def run() -> None:
-        loop = asyncio.get_running_loop()
-        config = hypercorn_config("127.0.0.1", port)
-        await serve(
-            create_app(Settings(), load_engine=never),
-            config,
-            shutdown_trigger=lambda: loop.run_in_executor(None, stop.wait),
-        )  # type: ignore[arg-type]
-
-    thread = threading.Thread(target=asyncio.run, args=(run(),), daemon=True)
-    thread.start()
-    yield port
-    loaded.set()
-    stop.set()
-    thread.join(timeout=30)
+def loading(model_dir: object) -> Iterator[int]:
+    with loading_server() as port:
+        yield port
 
 
 def flood(port: int, until: threading.Event, answered: list[int]) -> None:
@@ -80,7 +52,7 @@ def flood(port: int, until: threading.Event, answered: list[int]) -> None:
 
 
 async def test_a_flood_of_not_ready_requests_moves_the_measurement_less_than_a_fifth(
-    server: RunningServer, loading_server: int
+    server: RunningServer, loading: int
 ) -> None:
     """The flood is answered all through the measurement (each answer held, so it costs the server little); the
     measurement is within 20 % of a quiet one taken just before."""
@@ -88,7 +60,7 @@ async def test_a_flood_of_not_ready_requests_moves_the_measurement_less_than_a_f
     await wait_idle(engine, 60)
     quiet = throughput(await asyncio.to_thread(engine.measure_throughput))
     until, answered = threading.Event(), list[int]()
-    floods = [threading.Thread(target=flood, args=(loading_server, until, answered)) for _ in range(CONNECTIONS)]
+    floods = [threading.Thread(target=flood, args=(loading, until, answered)) for _ in range(CONNECTIONS)]
     for thread in floods:
         thread.start()
     try:

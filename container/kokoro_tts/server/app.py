@@ -31,6 +31,7 @@ from kokoro_tts.routes import errors
 from kokoro_tts.routes import openai as openai_api
 from kokoro_tts.routes.captioned import CAPTIONED_PATH, captioned_speech
 from kokoro_tts.routes.sagemaker import health, invocations, ping
+from kokoro_tts.server.api_keys import ApiKeys
 from kokoro_tts.server.request_ids import RequestIds
 from kokoro_tts.sessions.bidi import BidiDialect
 from kokoro_tts.sessions.cartesia import CartesiaDialect
@@ -126,7 +127,7 @@ def create_app(
             WebSocketRoute(MULTI_STREAM_INPUT_PATH, elevenlabs_multi_stream_input),
             WebSocketRoute(CARTESIA_PATH, cartesia_websocket),
         ],
-        middleware=[Middleware(RequestIds)],
+        middleware=[Middleware(RequestIds), Middleware(ApiKeys, key=settings.api_key)],
         exception_handlers=errors.HANDLERS,
         lifespan=lifespan,
     )
