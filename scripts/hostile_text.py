@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final, NamedTuple
 
 import httpx
-from kokoro_client import deepgram, protocol
+from kokoro_client import cartesia, deepgram, elevenlabs, protocol
 from kokoro_client.errors import ErrorCode
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
@@ -46,7 +46,10 @@ ROUTES: Final = {
     "captioned": "POST /dev/captioned_speech",
     "bidi": "WS /invocations-bidirectional-stream",
     "speak": "WS /v1/speak (Deepgram)",
+    "elevenlabs": "WS /v1/text-to-speech/{voice}/multi-stream-input (ElevenLabs)",
+    "cartesia": "WS /tts/websocket (Cartesia)",
 }
+SESSION_ROUTES: Final = ("bidi", "speak", "elevenlabs", "cartesia")
 
 
 # --- the strings --------------------------------------------------------------------------------------------
@@ -295,7 +298,7 @@ async def speak(base_url: str, route: str, case: Case, bounds: Bounds, client: h
     started = time.perf_counter()
     answer = _Answer(started, bounds.audio_s(case.text), bounds.read_s)
     first_limit = bounds.first_s(case.text)
-    if route in ("bidi", "speak"):
+    if route in SESSION_ROUTES:
         task = asyncio.ensure_future(_session(base_url, route, case.text, answer, outcome))
     else:
         task = asyncio.ensure_future(_http(base_url, route, case.text, answer, outcome, client))
@@ -395,20 +398,37 @@ async def _session(base_url: str, route: str, text: str, answer: _Answer, outcom
         async with connect(f"{ws_base}/invocations-bidirectional-stream", max_size=None) as ws:
             await ws.send(protocol.encode(protocol.Synthesize(text, id="hostile", voice=VOICE)))
             await _read_answer(ws, answer, outcome, _bidi_heard, "the utterance ended")
-        return
-    async with connect(f"{ws_base}/v1/speak?model={VOICE}&encoding=linear16&sample_rate={RATE}", max_size=None) as ws:
-        await ws.send(deepgram.encode(deepgram.Speak(text)))
-        await ws.send(deepgram.encode(deepgram.Flush()))
-        await _read_answer(ws, answer, outcome, _deepgram_heard, "Flushed")
+    elif route == "speak":
+        url = f"{ws_base}/v1/speak?model={VOICE}&encoding=linear16&sample_rate={RATE}"
+        async with connect(url, max_size=None) as ws:
+            await ws.send(deepgram.encode(deepgram.Speak(text)))
+            await ws.send(deepgram.encode(deepgram.Flush()))
+            await _read_answer(ws, answer, outcome, _deepgram_heard, "Flushed")
+    elif route == "elevenlabs":
+        url = f"{ws_base}/v1/text-to-speech/{VOICE}/multi-stream-input?output_format=pcm_{RATE}"
+        async with connect(url, max_size=None) as ws:
+            for message in (
+                elevenlabs.SendText(text, "hostile"),
+                elevenlabs.SendText(None, "hostile", flush=True),
+                elevenlabs.CloseContext("hostile"),
+            ):
+                await ws.send(elevenlabs.encode_client(message))
+            await _read_answer(ws, answer, outcome, _elevenlabs_heard, "its final message")
+    else:
+        async with connect(f"{ws_base}/tts/websocket", max_size=None) as ws:
+            request = cartesia.Generate(text, "hostile", False, VOICE, "pcm", RATE, False, None)
+            await ws.send(cartesia.encode_client(request))
+            await _read_answer(ws, answer, outcome, _cartesia_heard, "done")
 
 
 class _Heard(NamedTuple):
     """What one text frame of an answer says: whether the answer has begun, the error code it names, whether the
-    utterance is over."""
+    utterance is over, and the audio it carries (the vendors' sockets send it in JSON)."""
 
     began: bool
     code: str | None
     ends: bool
+    audio: bytes = b""
 
 
 def _bidi_heard(message: str) -> _Heard:
@@ -426,6 +446,28 @@ def _deepgram_heard(message: str) -> _Heard:
     return _Heard(flushed, None, flushed)
 
 
+def _elevenlabs_heard(message: str) -> _Heard:
+    match elevenlabs.parse_server_message(message):
+        case elevenlabs.AudioOutput(audio=audio):
+            return _Heard(True, None, False, audio)
+        case elevenlabs.ErrorOutput(error=code):
+            return _Heard(True, code, False)
+        case _:
+            return _Heard(True, None, True)  # its final message
+
+
+def _cartesia_heard(message: str) -> _Heard:
+    match cartesia.parse_server_message(message):
+        case cartesia.Chunk(audio=audio):
+            return _Heard(True, None, False, audio)
+        case cartesia.ErrorMessage(code=code):
+            return _Heard(True, code, False)
+        case cartesia.Done():
+            return _Heard(True, None, True)
+        case _:
+            return _Heard(False, None, False)
+
+
 async def _read_answer(
     ws: ClientConnection, answer: _Answer, outcome: Outcome, heard: Callable[[str], _Heard], end: str
 ) -> None:
@@ -436,6 +478,8 @@ async def _read_answer(
         said = heard(message)
         if said.began:
             answer.began()
+        if said.audio:
+            answer.add(said.audio)
         if said.code is not None:
             outcome.codes.append(said.code)
         if said.ends:

@@ -20,6 +20,9 @@ from .json_messages import json_object
 
 WEBSOCKET_PATH: Final = "/tts/websocket"
 BYTES_PATH: Final = "/tts/bytes"
+PROTOCOL_NAME: Final = "cartesia"
+"""On SageMaker's one session path, ``?protocol=cartesia`` selects this socket where only the query reaches the
+container (deepgram.py's ``PROTOCOL_PARAM``)."""
 ENCODINGS: Final = {"pcm_s16le": "pcm", "pcm_mulaw": "mulaw", "pcm_alaw": "alaw"}
 """Cartesia's raw ``encoding`` values → this server's format names (``pcm_f32le`` is not one: docs/cartesia.md)."""
 WAV_ENCODINGS: Final = {"pcm_s16le": "wav", "pcm_mulaw": "wav_mulaw", "pcm_alaw": "wav_alaw"}
@@ -115,6 +118,25 @@ def encode(message: ServerMessage) -> str:
             value = {"type": "error", "error_code": code, "title": code, "message": error, "done": True}
             value["status_code"] = 400
     value["context_id"] = message.context_id
+    return json.dumps(value, ensure_ascii=False)
+
+
+def encode_client(message: ClientMessage) -> str:
+    """A client's message as Cartesia's clients send it (raw samples: the socket's only container)."""
+    if isinstance(message, Cancel):
+        return json.dumps({"context_id": message.context_id, "cancel": True})
+    encoding = next(name for name, fmt in ENCODINGS.items() if fmt == message.format)
+    value: dict[str, Any] = {
+        "transcript": message.transcript,
+        "continue": message.more,
+        "voice": {"mode": "id", "id": message.voice},
+        "output_format": {"container": "raw", "encoding": encoding, "sample_rate": message.sample_rate},
+        "add_timestamps": message.add_timestamps,
+    }
+    if message.context_id is not None:
+        value["context_id"] = message.context_id
+    if message.speed is not None:
+        value["generation_config"] = {"speed": message.speed}
     return json.dumps(value, ensure_ascii=False)
 
 

@@ -25,6 +25,9 @@ from .json_messages import json_object
 
 STREAM_INPUT_PATH: Final = "/v1/text-to-speech/{voice_id}/stream-input"
 MULTI_STREAM_INPUT_PATH: Final = "/v1/text-to-speech/{voice_id}/multi-stream-input"
+PROTOCOL_NAME: Final = "elevenlabs"
+"""On SageMaker's one session path, ``?protocol=elevenlabs&voice_id=…`` selects ``multi-stream-input`` where only the
+query (``ModelQueryString``) reaches the container, as ``?protocol=deepgram`` selects Deepgram's (deepgram.py)."""
 DEFAULT_OUTPUT_FORMAT: Final = "mp3_44100_128"
 """What ElevenLabs sends when the query names no ``output_format``."""
 _OUTPUT_FORMAT = re.compile(r"(pcm|ulaw|alaw|mp3)_(\d{4,5})(?:_\d{2,3})?")
@@ -145,6 +148,24 @@ def encode(message: ServerMessage) -> str:
             value = {"message": text, "error": code}
     if message.context_id is not None:
         value["contextId"] = message.context_id
+    return json.dumps(value, ensure_ascii=False)
+
+
+def encode_client(message: ClientMessage) -> str:
+    """A client's message as ElevenLabs' clients send it."""
+    value: dict[str, Any]
+    match message:
+        case SendText(text=text, context_id=context_id, flush=flush):
+            value = {"text": text} if text is not None else {}
+            value |= {"context_id": context_id} if context_id is not None else {}
+            value |= {"flush": True} if flush else {}
+            for name in ("voice_settings", "generation_config"):
+                if (given := getattr(message, name)) is not None:
+                    value[name] = dict(given)
+        case CloseContext(context_id=context_id):
+            value = {"context_id": context_id, "close_context": True}
+        case CloseSocket():
+            value = {"close_socket": True}
     return json.dumps(value, ensure_ascii=False)
 
 

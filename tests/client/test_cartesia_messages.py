@@ -15,6 +15,7 @@ from kokoro_client.cartesia import (
     Generate,
     Timestamps,
     encode,
+    encode_client,
     parse_bytes_request,
     parse_client_message,
     parse_server_message,
@@ -92,3 +93,12 @@ def test_a_bytes_request_takes_a_container_and_the_voice_id_alone() -> None:
     with pytest.raises(TTSError) as refused:
         parse({**body, "output_format": wav, "context_id": "c"})  # a socket sends raw samples only
     assert refused.value.code == "unsupported_format"
+
+
+def test_what_a_client_sends_is_what_the_server_reads() -> None:
+    for message in (
+        Generate("Hello ", "c1", True, "af_heart", "mulaw", 8000, True, 1.2),
+        Generate("", None, False, "af_heart", "pcm", 24000, False, None),
+        Cancel("c1"),
+    ):
+        assert parse_client_message(encode_client(message), 65_536) == message

@@ -14,6 +14,7 @@ from kokoro_client.elevenlabs import (
     FinalOutput,
     SendText,
     encode,
+    encode_client,
     output_format,
     parse_client_message,
     parse_server_message,
@@ -81,3 +82,15 @@ def test_client_messages() -> None:
         with pytest.raises(TTSError) as refused:
             parse(bad)
         assert refused.value.code == code, bad
+
+
+def test_what_a_client_sends_is_what_the_server_reads() -> None:
+    for message in (
+        SendText(" ", "a", False, {"speed": 1.1}, {"chunk_length_schedule": [50]}),
+        SendText("Hello ", "a", True),
+        SendText(None, "a", True),
+        SendText(""),
+        CloseContext("a"),
+        CloseSocket(),
+    ):
+        assert parse_client_message(encode_client(message), 65_536) == message

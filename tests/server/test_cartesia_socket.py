@@ -13,11 +13,10 @@ from typing import Any
 import numpy as np
 import pytest
 from kokoro_client.cartesia import Chunk, Done, ErrorMessage, Timestamps, parse_server_message
-from kokoro_client.session import ControlEvent
 from support.inproc_server import RunningServer
 from support.listener import WhisperListener, word_errors
 from support.pipecat_pipeline import LONG_REPLY, REPLY, tokens
-from support.sagemaker import Certs, sagemaker
+from support.sagemaker import Certs, json_messages, sagemaker
 from websockets.asyncio.client import ClientConnection, connect
 
 RATE = 16_000
@@ -106,21 +105,18 @@ async def test_a_bad_request_gets_an_error_naming_its_context_and_the_socket_goe
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize(("path", "query"), [("tts/websocket", None), (None, "protocol=cartesia")])
 async def test_the_socket_is_reached_through_sagemakers_bidirectional_stream(
-    server: RunningServer, certs: Certs
+    server: RunningServer, certs: Certs, path: str | None, query: str | None
 ) -> None:
-    """SageMaker sends the container's path as ModelInvocationPath: the stand-in opens the socket there."""
+    """SageMaker sends the container's path as ModelInvocationPath (the stand-in opens the socket there), or only
+    the query reaches the container: it selects the socket on the session path."""
     async with asyncio.timeout(120), sagemaker(f"ws://127.0.0.1:{server.port}", certs) as (transport, _):
-        stream = await transport.open_stream("tts/websocket")
+        stream = await transport.open_stream(path, query)
         for token in tokens(REPLY):
             await stream.send_json(json.loads(request("turn", token, more=True)))
         await stream.send_json(json.loads(request("turn", "", more=False)))
-        messages = []
-        async for event in stream.events():
-            assert isinstance(event, ControlEvent), event  # every message of this socket is JSON
-            messages.append(parse_server_message(json.dumps(event.message)))
-            if isinstance(messages[-1], Done):
-                break
+        messages = await json_messages(stream, parse_server_message, Done)
     heard_reply = WhisperListener.shared().transcribe(audio_of(messages, "turn"), rate=24_000)
     errors, words = word_errors(REPLY, heard_reply)
     assert errors / words <= 0.05, heard_reply

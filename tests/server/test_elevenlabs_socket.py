@@ -15,11 +15,10 @@ from typing import Any
 import numpy as np
 import pytest
 from kokoro_client.elevenlabs import AudioOutput, ErrorOutput, FinalOutput, parse_server_message
-from kokoro_client.session import ControlEvent
 from support.inproc_server import RunningServer
 from support.listener import WhisperListener, word_errors
 from support.pipecat_pipeline import LONG_REPLY, REPLY, tokens
-from support.sagemaker import Certs, sagemaker
+from support.sagemaker import Certs, json_messages, sagemaker
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
@@ -28,26 +27,28 @@ VOICE = "af_heart"
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize(
+    ("path", "query"),
+    [
+        (f"v1/text-to-speech/{VOICE}/multi-stream-input", "model_id=eleven_flash_v2_5&output_format=pcm_24000"),
+        (None, f"protocol=elevenlabs&voice_id={VOICE}&output_format=pcm_24000"),  # the session path, by its query
+    ],
+    ids=["its path", "the query"],
+)
 async def test_the_socket_is_reached_through_sagemakers_bidirectional_stream(
-    server: RunningServer, certs: Certs
+    server: RunningServer, certs: Certs, path: str | None, query: str
 ) -> None:
     """SageMaker sends the container's path and query as ModelInvocationPath and ModelQueryString: the stand-in
-    opens the socket there and relays each message both ways."""
+    opens the socket there and relays each message both ways. Where only the query reaches the container, it
+    selects the socket on the session path."""
     async with asyncio.timeout(120), sagemaker(f"ws://127.0.0.1:{server.port}", certs) as (transport, app):
-        stream = await transport.open_stream(
-            f"v1/text-to-speech/{VOICE}/multi-stream-input", "model_id=eleven_flash_v2_5&output_format=pcm_24000"
-        )
+        stream = await transport.open_stream(path, query)
         await stream.send_json({"text": " ", "context_id": "turn"})
         for token in tokens(REPLY):
             await stream.send_json({"text": token, "context_id": "turn"})
         await stream.send_json({"context_id": "turn", "flush": True})
         await stream.send_json({"context_id": "turn", "close_context": True})
-        messages = []
-        async for event in stream.events():
-            assert isinstance(event, ControlEvent), event  # every message of this socket is JSON
-            messages.append(parse_server_message(json.dumps(event.message)))
-            if isinstance(messages[-1], FinalOutput):
-                break
+        messages = await json_messages(stream, parse_server_message, FinalOutput)
     heard_reply = WhisperListener.shared().transcribe(audio_of(messages, "turn"), rate=24_000)
     errors, words = word_errors(REPLY, heard_reply)
     assert errors / words <= 0.05, heard_reply

@@ -6,6 +6,7 @@ end-to-end tests (tests/scripts/test_deploy_smoke.py, test_deploy_end_to_end.py)
 from __future__ import annotations
 
 import contextlib
+import json
 import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -13,9 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from kokoro_client.sagemaker_bidi import (
-    SageMakerBidiTransport,
-)
+from kokoro_client.sagemaker_bidi import SageMakerBidiSession, SageMakerBidiTransport
+from kokoro_client.session import ControlEvent
 from smithy_aws_core.identity import AWSCredentialsIdentity, StaticCredentialsResolver
 from websockets.asyncio.server import ServerConnection
 from websockets.asyncio.server import serve as ws_serve
@@ -91,3 +91,15 @@ class ScriptedContainer:
 async def scripted(container: ScriptedContainer) -> AsyncIterator[str]:
     async with ws_serve(container.handler, "127.0.0.1", 0) as server:
         yield f"ws://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+
+
+async def json_messages[M](stream: SageMakerBidiSession, parse: Callable[[str], M], last: type) -> list[M]:
+    """A vendor socket's messages through the stand-in (every one a JSON text frame), parsed, up to the first
+    ``last``."""
+    messages: list[M] = []
+    async for event in stream.events():
+        assert isinstance(event, ControlEvent), event
+        messages.append(parse(json.dumps(event.message)))
+        if isinstance(messages[-1], last):
+            break
+    return messages

@@ -9,13 +9,12 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 
-from kokoro_client.cartesia import BYTES_PATH as CARTESIA_BYTES_PATH
-from kokoro_client.cartesia import WEBSOCKET_PATH as CARTESIA_PATH
-from kokoro_client.deepgram import SPEAK_PATH, selects_deepgram
-from kokoro_client.elevenlabs import MULTI_STREAM_INPUT_PATH, STREAM_INPUT_PATH
+from kokoro_client import cartesia as cartesia_wire
+from kokoro_client import elevenlabs as elevenlabs_wire
+from kokoro_client.deepgram import PROTOCOL_PARAM, SPEAK_PATH, selects_deepgram
 from kokoro_client.errors import TTSError
 from kokoro_client.protocol import CLOSE_GOING_AWAY, CLOSE_TRY_AGAIN_LATER, INVOCATIONS_PATH, PING_PATH, WS_PATH
 from starlette.applications import Starlette
@@ -52,9 +51,7 @@ def create_app(
     sessions: set[Session] = set()
 
     async def bidirectional_stream(websocket: WebSocket) -> None:
-        # SageMaker forwards one path; Deepgram's query parameters (as Pipecat's SageMaker service sends them)
-        # or ?protocol=deepgram select the Deepgram vocabulary on it.
-        await serve_session(websocket, DeepgramDialect if selects_deepgram(websocket.query_params) else BidiDialect)
+        await serve_session(websocket, _session_dialect(websocket.query_params))
 
     async def deepgram_speak(websocket: WebSocket) -> None:
         await serve_session(websocket, DeepgramDialect)
@@ -119,18 +116,30 @@ def create_app(
             Route("/v1/models/{model_id:path}", openai_api.model, methods=["GET"]),
             Route(CAPTIONED_PATH, captioned_speech, methods=["POST"]),
             *(Route(path, elevenlabs_api.text_to_speech, methods=["POST"]) for path in elevenlabs_api.PATHS),
-            Route(CARTESIA_BYTES_PATH, cartesia_api.tts_bytes, methods=["POST"]),
+            Route(cartesia_wire.BYTES_PATH, cartesia_api.tts_bytes, methods=["POST"]),
             WebSocketRoute(WS_PATH, bidirectional_stream),
             Route("/metrics", metrics.metrics_endpoint, methods=["GET"]),
             WebSocketRoute(SPEAK_PATH, deepgram_speak),
-            WebSocketRoute(STREAM_INPUT_PATH, elevenlabs_stream_input),
-            WebSocketRoute(MULTI_STREAM_INPUT_PATH, elevenlabs_multi_stream_input),
-            WebSocketRoute(CARTESIA_PATH, cartesia_websocket),
+            WebSocketRoute(elevenlabs_wire.STREAM_INPUT_PATH, elevenlabs_stream_input),
+            WebSocketRoute(elevenlabs_wire.MULTI_STREAM_INPUT_PATH, elevenlabs_multi_stream_input),
+            WebSocketRoute(cartesia_wire.WEBSOCKET_PATH, cartesia_websocket),
         ],
         middleware=[Middleware(RequestIds), Middleware(ApiKeys, key=settings.api_key)],
         exception_handlers=errors.HANDLERS,
         lifespan=lifespan,
     )
+
+
+def _session_dialect(query: Mapping[str, str]) -> Callable[[Session], Dialect]:
+    """The vocabulary on SageMaker's one session path, where a client's own path may not reach the container but its
+    query does (``ModelQueryString``): ``?protocol=`` names a vendor's socket; Deepgram's own query parameters (as
+    Pipecat's SageMaker service sends them) select Deepgram's; else the session protocol."""
+    match query.get(PROTOCOL_PARAM):
+        case elevenlabs_wire.PROTOCOL_NAME:
+            return ElevenLabsDialect.multiple
+        case cartesia_wire.PROTOCOL_NAME:
+            return CartesiaDialect
+    return DeepgramDialect if selects_deepgram(query) else BidiDialect
 
 
 def begin_shutdown(app: Starlette, grace_s: float) -> list[asyncio.Task[None]]:

@@ -99,16 +99,17 @@ class CartesiaDialect:
             self._unnamed += 1
         context_id = request.context_id or f"unnamed-{self._unnamed}"
         context = self._open.get(context_id)
-        try:
-            if context is None:
+        if context is None:
+            try:
                 context = self._open_context(context_id, request)
-            if too_long := context.written.too_long(len(request.transcript)):
-                raise too_long
-        except TTSError as error:
-            await self._session.refuse(error, context_id)
-            return
-        context.received(request.transcript)
-        await context.written.append(request.transcript)
+            except TTSError as error:
+                await self._session.refuse(error, context_id)
+                return
+        if too_long := context.written.too_long(len(request.transcript)):
+            await self._session.refuse(too_long, context_id)  # this text only: the context goes on, or ends below
+        else:
+            context.received(request.transcript)
+            await context.written.append(request.transcript)
         if not request.more:
             del self._open[context_id]
             await context.written.end()

@@ -125,7 +125,8 @@ class ElevenLabsDialect:
         try:
             name, rate = output_format(query.get("output_format", DEFAULT_OUTPUT_FORMAT))
             fmt = audio_format(name)
-            voice = engine.rules.voice(self._session.path_params.get("voice_id"))
+            # In the path; on SageMaker's one path, in the query (kokoro_client.elevenlabs.PROTOCOL_NAME).
+            voice = engine.rules.voice(self._session.path_params.get("voice_id") or query.get("voice_id"))
             self._options = _Options(voice.spec, fmt, output_rate(fmt, rate))
         except TTSError as error:
             await self._send(ErrorOutput.of(error))
