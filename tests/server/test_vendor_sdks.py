@@ -1,13 +1,14 @@
 """The vendors' own Python SDKs, pointed at our server by a base URL, stream a reply written as tokens and get
-speech Whisper hears right: ElevenLabs' ``convert_realtime`` (its ``stream-input`` socket; the SDK speaks wss://
-only, so the server is reached through TLS as behind a load balancer) and its HTTP ``stream`` and timed routes,
-whose characters are the text sent; and Cartesia's ``websocket_connect`` contexts, whose word timestamps are the
-words sent."""
+speech Whisper hears right, the sockets' first audio within 2 s of the first token: ElevenLabs' ``convert_realtime``
+(its ``stream-input`` socket; the SDK speaks wss:// only, so the server is reached through TLS as behind a load
+balancer) and its HTTP ``stream`` and timed routes, whose characters are the text sent; and Cartesia's
+``websocket_connect`` contexts, whose word timestamps are the words sent, and its ``tts.generate`` bytes."""
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import time
 from typing import Any
 
 import numpy as np
@@ -36,13 +37,16 @@ async def test_the_elevenlabs_sdk_streams_a_reply_over_its_socket(server: Runnin
     async with tls_front(server.port, certs) as port:
         client = ElevenLabs(api_key="not-used-by-this-server", base_url=f"https://localhost:{port}")
 
-        def speak() -> bytes:
+        def speak() -> tuple[bytes, float]:
+            began = time.perf_counter()
             chunks = client.text_to_speech.convert_realtime(
                 voice_id=VOICE, text=iter(tokens(REPLY)), model_id="eleven_flash_v2_5", output_format="pcm_24000"
             )
-            return b"".join(chunks)
+            first = next(chunks)
+            return first + b"".join(chunks), time.perf_counter() - began
 
-        pcm = await asyncio.wait_for(asyncio.to_thread(speak), 120)
+        pcm, first_audio_s = await asyncio.wait_for(asyncio.to_thread(speak), 120)
+    assert first_audio_s < 2.0, f"first audio {first_audio_s:.2f} s after the first token"
     assert_heard(pcm)
 
 
@@ -53,7 +57,7 @@ async def test_the_cartesia_sdk_streams_a_reply_with_its_words(server: RunningSe
         base_url=f"http://127.0.0.1:{server.port}",
         websocket_base_url=f"ws://127.0.0.1:{server.port}",
     )
-    audio, words = bytearray(), []
+    audio, words, first_audio_s = bytearray(), [], None
     async with asyncio.timeout(120), client.tts.websocket_connect() as connection:
         context = connection.context(
             model_id="sonic-3",
@@ -61,15 +65,18 @@ async def test_the_cartesia_sdk_streams_a_reply_with_its_words(server: RunningSe
             output_format={"container": "raw", "encoding": "pcm_s16le", "sample_rate": RATE},
             add_timestamps=True,
         )
+        began = time.perf_counter()
         for token in tokens(REPLY):
             await context.push(token)
         await context.no_more_inputs()
         async for response in context.receive():
             if response.type == "chunk" and response.audio:
+                first_audio_s = first_audio_s or time.perf_counter() - began
                 audio += response.audio
             elif response.type == "timestamps" and response.word_timestamps is not None:
                 words += response.word_timestamps.words
             assert response.type != "error", response
+    assert first_audio_s is not None and first_audio_s < 2.0, f"first audio {first_audio_s} s after the first token"
     assert_heard(bytes(audio))
     assert words == REPLY.split()
 
