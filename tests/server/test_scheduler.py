@@ -87,6 +87,8 @@ async def test_admission_estimates_the_wait_from_the_queue_and_the_measured_job_
         task.cancel()
     await asyncio.gather(*queued, return_exceptions=True)
     assert scheduler.expected_wait_s() == pytest.approx(0.75, abs=0.05)  # cancelled jobs are not waited for
+    scheduler.history.append(JobRecord("overrunning", now, started=now - 5.0))  # past its mean: still running
+    assert scheduler.expected_wait_s() == pytest.approx(0.85, abs=0.05)
 
 
 async def test_share_counts_the_jobs_sharing_the_machine() -> None:

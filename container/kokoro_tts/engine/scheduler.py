@@ -193,7 +193,9 @@ class DeadlineScheduler:
         """How long a job due now would wait for a worker: one mean call for each call queued, plus what the
         running ones have left of theirs, shared among the workers (module docstring)."""
         mean, now = self.mean_job_s(), asyncio.get_running_loop().time()
-        left = sum(max(0.0, mean - (now - r.started)) for r in self.history if r.finished is None)
+        # A job past its mean length is still running: it keeps a tenth of a mean, so work in flight never reads as
+        # an idle machine (a loaded host's overrunning jobs let a whole burst in under a zero bound).
+        left = sum(max(0.1 * mean, mean - (now - r.started)) for r in self.history if r.finished is None)
         return (left + self.pending_calls() * mean) / self._workers
 
     def admit(self, max_wait_s: float) -> None:
