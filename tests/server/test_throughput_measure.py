@@ -1,6 +1,6 @@
 """The throughput that sizes the stream slots (engine/capacity.py) cannot be talked down: it is the fastest of
 several rounds (a busy neighbour only slows some), and a request answered not_ready while the server warms up is
-held a moment (routes/errors.py), so a flood of them leaves it within 20 % of a quiet measurement; and it is taken
+held a moment (routes/errors.py), so a flood of them cannot pull it more than 20 % under a quiet measurement; and it is taken
 again while the engine is idle, with /metrics saying when and how it moved. Real model; the flood hits a real
 Hypercorn serving an app that is still loading."""
 
@@ -51,11 +51,13 @@ def flood(port: int, until: threading.Event, answered: list[int]) -> None:
                 answered.append(answers)
 
 
-async def test_a_flood_of_not_ready_requests_moves_the_measurement_less_than_a_fifth(
+async def test_a_flood_of_not_ready_requests_lowers_the_measurement_less_than_a_fifth(
     server: RunningServer, loading: int
 ) -> None:
     """The flood is answered all through the measurement (each answer held, so it costs the server little); the
-    measurement is within 20 % of a quiet one taken just before."""
+    measurement is no more than 20 % under a quiet one taken just before. Only lower is a harm (fewer slots than the
+    machine can carry), and only lower is asserted: a quiet round a neighbour slowed reads low, so the flooded one
+    can read higher (4.5 then 5.8 s/s in one CI run)."""
     engine = server.engine
     await wait_idle(engine, 60)
     quiet = throughput(await asyncio.to_thread(engine.measure_throughput))
@@ -73,7 +75,7 @@ async def test_a_flood_of_not_ready_requests_moves_the_measurement_less_than_a_f
         for thread in floods:
             thread.join(timeout=30)
     assert during >= CONNECTIONS  # it went on all through the measurement
-    assert abs(flooded - quiet) <= 0.2 * quiet, (quiet, flooded)
+    assert flooded >= 0.8 * quiet, (quiet, flooded)
 
 
 @pytest.fixture
