@@ -20,6 +20,7 @@ from strands import Agent
 from strands.types.exceptions import MaxTokensReachedException
 
 from . import metrics
+from .conversations import Conversations, Limits, SessionBusy, Turn
 from .events import ErrorCode, Event, Events
 from .hangup import Hangup, HangupMiddleware, hangup_of, until_hangup
 from .models import BuiltModel, ModelUnavailable, build_model
@@ -76,9 +77,27 @@ def _default_region() -> str:
     return str(region)
 
 
+def make_conversations(settings: AgentSettings) -> Conversations:
+    """The sessions' turns: in memory, or in S3 where AGENT_SESSION_BUCKET names a bucket."""
+    limits = Limits(
+        settings.session_turns,
+        settings.session_chars,
+        settings.sessions,
+        settings.session_idle_s,
+        settings.session_wait_s,
+    )
+    if not settings.session_bucket:
+        return Conversations(limits)
+    from strands.storage import S3Storage
+
+    storage = S3Storage(settings.session_bucket, prefix=settings.session_prefix, region_name=settings.aws_region)
+    return Conversations(limits, storage)
+
+
 def pipeline_options(settings: AgentSettings, request: VoiceRequest) -> PipelineOptions:
     return PipelineOptions(
-        session=SessionOptions(voice=request.voice, speed=request.speed, format=request.format),
+        # Word times tell which words the caller heard when a reply is interrupted (heard.py).
+        session=SessionOptions(voice=request.voice, speed=request.speed, format=request.format, word_timestamps=True),
         tts_connect_timeout_s=settings.tts_connect_timeout_s,
         tts_idle_timeout_s=settings.tts_idle_timeout_s,
         tts_busy_retry_s=settings.tts_busy_retry_s,
@@ -92,21 +111,60 @@ async def handle(
     model_factory: ModelFactory,
     transport: TTSTransport,
     batch: BatchTTS,
+    conversations: Conversations,
     hangup: Hangup | None = None,
+    runtime_session_id: str | None = None,
 ) -> AsyncIterator[Event]:
-    """One invocation: validate, build the agent, run the pipeline in the requested mode."""
+    """One invocation: validate, take the session's turn (stopping a reply still running in it), cut the last reply
+    to what was heard when the caller says, build the agent on the session's history, run the pipeline."""
+    events = Events()
     try:
-        request = parse_request(payload, settings)
+        request = parse_request(payload, settings, runtime_session_id)
         built = model_factory(request.model_id)
     except RequestError as error:
         metrics.request_error(error.code)
-        yield Events().error(error.code, error.message)
+        yield events.error(error.code, error.message)
         return
     except ModelUnavailable as error:
         metrics.request_error(ErrorCode.MODEL_UNAVAILABLE)
-        yield Events().error(ErrorCode.MODEL_UNAVAILABLE, str(error))
+        yield events.error(ErrorCode.MODEL_UNAVAILABLE, str(error))
         return
-    agent = Agent(model=built.model, system_prompt=settings.system_prompt, callback_handler=None)
+    stop = Hangup()  # the caller hangs up, or the session's next prompt interrupts this reply
+    superseded = Hangup()
+    superseded.subscribe(stop.fire)
+    if hangup is not None:
+        hangup.subscribe(stop.fire)
+    try:
+        async with conversations.turn(request.session_id, superseded) as turn:
+            agent = await turn.agent(built.model, settings.system_prompt)
+            if request.played_ms is not None:
+                cut = turn.heard(request.played_ms)
+                yield events.interrupted(request.played_ms, cut.spoken, cut.remaining)
+            if request.prompt is None:
+                return
+            async for event in _reply(request, settings, built, agent, turn, transport, batch, stop):
+                yield event
+    except SessionBusy as busy:
+        metrics.request_error(ErrorCode.SESSION_BUSY)
+        yield events.error(ErrorCode.SESSION_BUSY, str(busy))
+        return
+    if superseded.fired and request.prompt is not None and not turn.ended:
+        # The caller is still there: say why the reply stopped (its turn keeps the words sent).
+        yield events.error(ErrorCode.SUPERSEDED, "a newer prompt in this session interrupted this reply")
+
+
+async def _reply(
+    request: VoiceRequest,
+    settings: AgentSettings,
+    built: BuiltModel,
+    agent: Agent,
+    turn: Turn,
+    transport: TTSTransport,
+    batch: BatchTTS,
+    stop: Hangup,
+) -> AsyncIterator[Event]:
+    assert request.prompt is not None
+    turn.asked()
     source = agent_text(agent, request.prompt)
     options = pipeline_options(settings, request)
     if request.mode == "bidi":
@@ -117,8 +175,9 @@ async def handle(
     try:
         # The reply's span is current while the pipeline starts its tasks: Strands' own spans become its children.
         with trace.use_span(reply.span, end_on_exit=False):
-            async for event in until_hangup(events, hangup):
+            async for event in until_hangup(events, stop):
                 reply.see(event)
+                turn.see(event)
                 yield event
     finally:
         await events.aclose()  # closed early (the caller left, or the SDK stopped us): stop the LLM and the TTS
@@ -131,6 +190,7 @@ def create_app(
     model_factory: ModelFactory | None = None,
     transport: TTSTransport | None = None,
     batch: BatchTTS | None = None,
+    conversations: Conversations | None = None,
 ) -> BedrockAgentCoreApp:
     settings = settings or AgentSettings()
     if transport is None or batch is None:
@@ -145,10 +205,12 @@ def create_app(
 
         app.router.routes.extend(web_routes())
     tts, batch_tts = transport, batch
+    sessions = conversations or make_conversations(settings)
 
     @app.entrypoint
     async def invoke(payload: Any, context: Any) -> AsyncIterator[Event]:
-        async for event in handle(payload, settings, factory, tts, batch_tts, hangup_of(context)):
+        session_id = getattr(context, "session_id", None)
+        async for event in handle(payload, settings, factory, tts, batch_tts, sessions, hangup_of(context), session_id):
             yield event
 
     return app

@@ -2,17 +2,19 @@
 
 Every event is a JSON object with ``type`` and ``t_ms``, milliseconds since ``agent_start``. A reply ends with
 exactly one of ``agent_end`` (success; ``truncated`` when the LLM stopped at its token limit, the reply spoken up
-to the cut) or ``error`` (with a stable ``code``); nothing follows either.
+to the cut) or ``error`` (with a stable ``code``); nothing follows either. A request that reports how much of the
+last reply was played (``played_ms``) gets ``interrupted`` first; one with no prompt gets only that.
 """
 
 from __future__ import annotations
 
 import base64
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from kokoro_client.protocol import WordTiming
 from kokoro_client.session import TransportCode
 
 Event = dict[str, Any]
@@ -27,6 +29,10 @@ class ErrorCode(StrEnum):
     PROMPT_TOO_LONG = "prompt_too_long"
     UNKNOWN_MODE = "unknown_mode"
     INVALID_SPEED = "invalid_speed"
+    INVALID_SESSION_ID = "invalid_session_id"  # not 1-256 of A-Z a-z 0-9 _ - (AgentCore's own ids are such)
+    # The conversation
+    SESSION_BUSY = "session_busy"  # the session's running reply did not stop in time for this prompt
+    SUPERSEDED = "superseded"  # a newer prompt in the same session interrupted this reply (its last event)
     # The LLM
     MODEL_UNAVAILABLE = "model_unavailable"  # the configured model cannot be built (missing package, bad config)
     LLM_FAILED = "llm_failed"  # the LLM stream raised
@@ -68,11 +74,20 @@ class Events:
         audio = base64.b64encode(data).decode("ascii")
         return self._event("audio_chunk", audio=audio, format=fmt, sample_rate=sample_rate, sentence=sentence, seq=seq)
 
+    def words(self, words: tuple[WordTiming, ...]) -> Event:
+        # The words whose audio starts in the next audio_chunk: start_ms from the reply's first audio, and where
+        # each is in the reply's text (its text_deltas joined: text[char_start:char_end] == word).
+        return self._event("words", words=[asdict(word) for word in words])
+
     def sentence_complete(self, index: int, audio_ms: float, skipped: str | None = None) -> Event:
         event = self._event("sentence_complete", index=index, audio_ms=audio_ms)
         if skipped:
             event["skipped"] = skipped  # the server's code: the sentence had nothing speakable
         return event
+
+    def interrupted(self, played_ms: float, text_spoken: str, text_remaining: str) -> Event:
+        # The caller's report on the previous reply: what of it stays in the conversation, what was cut.
+        return self._event("interrupted", played_ms=played_ms, text_spoken=text_spoken, text_remaining=text_remaining)
 
     def agent_end(self, metrics: Metrics, truncated: bool = False) -> Event:
         return self._event("agent_end", truncated=truncated, metrics=metrics.as_dict(self.clock.ms()))

@@ -28,7 +28,7 @@ from typing import Any
 
 from kokoro_client.errors import ErrorCode as TTSErrorCode
 from kokoro_client.errors import TTSError
-from kokoro_client.protocol import Cancelled, Error, SynthesisComplete, SynthesisStart
+from kokoro_client.protocol import Cancelled, Error, SynthesisComplete, SynthesisStart, Words
 from kokoro_client.session import (
     AudioEvent,
     BatchTTS,
@@ -316,6 +316,8 @@ class _Bidi:
             match frame:
                 case SynthesisStart():
                     current = self._index(frame.id)
+                case Words():
+                    await self.run.post(events.words(frame.words))
                 case SynthesisComplete():
                     index = self._index(frame.id)
                     self._complete(index)

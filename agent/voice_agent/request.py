@@ -1,4 +1,5 @@
-"""What a caller may send: POST /invocations {"prompt", "mode"?, "voice"?, "speed"?, "format"?, "model_id"?}.
+"""What a caller may send: POST /invocations {"prompt", "mode"?, "voice"?, "speed"?, "format"?, "model_id"?,
+"session_id"?, "played_ms"?}; a report of what was heard alone is {"session_id", "played_ms"}.
 
 ``BodyGuard`` (pure ASGI, before the SDK) reads at most ``MAX_BODY_BYTES`` and answers a body that is not JSON;
 ``parse_request`` turns the JSON into a ``VoiceRequest`` or a ``RequestError`` with a stable code.
@@ -15,6 +16,7 @@ from kokoro_client.errors import quoted
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from .conversations import SESSION_ID
 from .events import ErrorCode
 from .metrics import request_error
 from .settings import AgentSettings
@@ -32,12 +34,14 @@ class RequestError(Exception):
 
 @dataclass(frozen=True)
 class VoiceRequest:
-    prompt: str
+    prompt: str | None  # None: the request only reports what was heard (played_ms)
     mode: str = "bidi"
     voice: str | None = None
     speed: float | None = None
     format: str = "pcm"
     model_id: str | None = None
+    session_id: str | None = None  # AgentCore's runtime session, else the caller's own: the conversation's key
+    played_ms: float | None = None  # how much of the session's last reply the caller played before interrupting
 
 
 def _optional_str(payload: dict[str, Any], key: str) -> str | None:
@@ -47,13 +51,26 @@ def _optional_str(payload: dict[str, Any], key: str) -> str | None:
     return value or None
 
 
-def parse_request(payload: object, settings: AgentSettings) -> VoiceRequest:
-    """Check the request; the TTS server checks the voice itself (it knows which packs it has)."""
+def parse_request(payload: object, settings: AgentSettings, runtime_session_id: str | None = None) -> VoiceRequest:
+    """Check the request; the TTS server checks the voice itself (it knows which packs it has). AgentCore's session
+    id (its header) names the conversation; a body's ``session_id`` does where there is none (locally)."""
     if not isinstance(payload, dict):
         raise RequestError(ErrorCode.INVALID_REQUEST, "the request body must be a JSON object")
+    session_id = runtime_session_id or _optional_str(payload, "session_id")
+    if session_id is not None and not SESSION_ID.fullmatch(session_id):
+        message = "'session_id' must be 1 to 256 letters, digits, '_' or '-', starting with a letter or digit"
+        raise RequestError(ErrorCode.INVALID_SESSION_ID, message)
+    played_ms = payload.get("played_ms")
+    if played_ms is not None:
+        if isinstance(played_ms, bool) or not isinstance(played_ms, int | float) or not 0 <= played_ms < 1e9:
+            raise RequestError(ErrorCode.INVALID_REQUEST, "'played_ms' must be a number of milliseconds, 0 or more")
+        if session_id is None:
+            raise RequestError(ErrorCode.INVALID_REQUEST, "'played_ms' reports on a session's reply: send 'session_id'")
     prompt = payload.get("prompt")
     if prompt is not None and not isinstance(prompt, str):
         raise RequestError(ErrorCode.INVALID_REQUEST, "'prompt' must be a string")
+    if (not prompt or not prompt.strip()) and played_ms is not None and "prompt" not in payload:
+        return VoiceRequest(None, session_id=session_id, played_ms=float(played_ms))
     if not prompt or not prompt.strip():
         raise RequestError(ErrorCode.EMPTY_PROMPT, "'prompt' is missing or blank")
     if len(prompt) > settings.max_prompt_chars:
@@ -76,6 +93,8 @@ def parse_request(payload: object, settings: AgentSettings) -> VoiceRequest:
         speed=None if speed is None else float(speed),
         format=fmt,
         model_id=_optional_str(payload, "model_id"),
+        session_id=session_id,
+        played_ms=None if played_ms is None else float(played_ms),
     )
 
 

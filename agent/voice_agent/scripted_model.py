@@ -16,7 +16,7 @@ import re
 import threading
 import time
 from collections.abc import AsyncGenerator, AsyncIterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypedDict, TypeVar
 
 from pydantic import BaseModel
@@ -55,6 +55,7 @@ class ScriptedConfig(TypedDict, total=False):
     jitter: float  # each gap is 1/tokens_per_s times a factor in [1 - jitter, 1 + jitter]
     fail_after_tokens: int | None  # raise ScriptedModelError after this many tokens (fault injection)
     max_tokens: int | None  # stop after this many tokens, as a provider does at its limit (AGENT_MAX_TOKENS)
+    echo_context: bool  # the reply starts by saying which earlier prompts it was given (conversation tests)
     seed: int
 
 
@@ -71,6 +72,7 @@ class StreamRecord:
     completed: bool = False  # reached messageStop
     closed: bool = False  # the generator is finished: completed, failed, cancelled or closed by the caller
     cancelled: bool = False  # stopped by the caller (task cancelled, generator closed, or cancel_signal)
+    context: list[tuple[str, str]] = field(default_factory=list)  # the conversation it was given: (role, text)
 
 
 class ScriptedModel(Model):
@@ -82,6 +84,7 @@ class ScriptedModel(Model):
             "jitter": 0.3,
             "fail_after_tokens": None,
             "max_tokens": None,
+            "echo_context": False,
             "seed": 0,
         }
         self.update_config(**config)
@@ -129,7 +132,16 @@ class ScriptedModel(Model):
     ) -> AsyncIterable[StreamEvent]:
         config = self.config
         rng = random.Random(config["seed"])
-        tokens = tokenize(config["reply"])
+        context: list[tuple[str, str]] = [
+            (m["role"], " ".join(b["text"] for b in m["content"] if "text" in b)) for m in messages
+        ]
+        reply = config["reply"]
+        if config["echo_context"]:
+            earlier = [text for role, text in context[:-1] if role == "user"]
+            reply = (
+                f"Earlier you said: {' / '.join(earlier)}. {reply}" if earlier else f"This is our first turn. {reply}"
+            )
+        tokens = tokenize(reply)
         # At the limit a provider stops mid-reply and says why: Bedrock's stopReason "max_tokens", OpenAI's
         # finish_reason "length" (which Strands reports as "max_tokens"); Strands then raises
         # MaxTokensReachedException.
@@ -137,7 +149,7 @@ class ScriptedModel(Model):
         stop_reason: StopReason = "max_tokens" if limit is not None and len(tokens) > limit else "end_turn"
         tokens = tokens[:limit] if limit is not None else tokens
         gap = 1.0 / config["tokens_per_s"]
-        record = StreamRecord(started=time.monotonic())
+        record = StreamRecord(started=time.monotonic(), context=context)
         with self._lock:
             self.streams.append(record)
         try:

@@ -68,6 +68,20 @@ class AgentSettings:
     llm_idle_timeout_s: float = setting("LLM_IDLE_TIMEOUT_S", 60.0, "longest wait for the LLM's next token (s)")
     max_prompt_chars: int = setting("AGENT_MAX_PROMPT_CHARS", 8000, "the longest prompt accepted")
 
+    # --- the conversation (conversations.py): turns kept per session ---
+    session_turns: int = setting("AGENT_SESSION_TURNS", 20, "prompts (with their replies) a session remembers")
+    session_chars: int = setting("AGENT_SESSION_CHARS", 16000, "characters of text a session remembers")
+    sessions: int = setting("AGENT_SESSIONS", 1000, "sessions held in memory at once (least recently used go)")
+    session_idle_s: float = setting("AGENT_SESSION_IDLE_S", 900.0, "a session unused this long is forgotten (s)")
+    session_wait_s: float = setting(
+        "AGENT_SESSION_WAIT_S", 5.0, "how long a new prompt waits for the reply it interrupts to stop (s)"
+    )
+    # Unset: turns live in this process (an AgentCore session is one microVM). Set: Strands' S3 storage keeps them.
+    session_bucket: str | None = setting(
+        "AGENT_SESSION_BUCKET", None, "an S3 bucket for durable turns (unset: kept in memory)", str
+    )
+    session_prefix: str = setting("AGENT_SESSION_PREFIX", "sessions", "the key prefix of durable turns in the bucket")
+
     # --- the web page (voice_agent/web) ---
     # Unset (None): `voice-agent serve` shows it only when it binds a loopback address, so the deployed container
     # (--host 0.0.0.0, no AGENT_WEB_PAGE) never serves it; create_app() alone treats None as off.

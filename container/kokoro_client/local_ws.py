@@ -14,7 +14,7 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, ConnectionClosedOK, InvalidStatus
 
 from .errors import ErrorCode
-from .protocol import CLOSE_TRY_AGAIN_LATER, WS_PATH
+from .protocol import CLOSE_TRY_AGAIN_LATER, WS_PATH, encode
 from .session import AudioEvent, SessionOptions, TransportCode, TTSEvent, TTSTransportError, classify_chunk
 
 BUSY = ErrorCode.SERVER_BUSY.value
@@ -43,14 +43,10 @@ class LocalWSSession:
             raise _closed(exc, "the TTS session closed") from exc
 
     async def configure(self, options: SessionOptions) -> None:
-        message: dict[str, Any] = {"type": "config", "format": options.format}
-        if options.voice is not None:
-            message["voice"] = options.voice
-        if options.speed is not None:
-            message["speed"] = options.speed
-        if options.literal:
-            message["literal"] = True
-        await self._send(message)
+        try:
+            await self._ws.send(encode(options.config()))
+        except ConnectionClosed as exc:
+            raise _closed(exc, "the TTS session closed") from exc
 
     async def send_text(self, text: str, utterance_id: str) -> None:
         await self._send({"type": "synthesize", "text": text, "id": utterance_id})

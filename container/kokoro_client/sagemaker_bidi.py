@@ -43,6 +43,7 @@ from smithy_http.aio.crt import AWSCRTHTTPClient, AWSCRTHTTPClientConfig
 from smithy_http.aio.interfaces import HTTPRequest, HTTPResponse
 
 from .aws_credentials import Boto3CredentialsResolver
+from .protocol import encode
 from .session import (
     AudioEvent,
     SessionOptions,
@@ -112,13 +113,7 @@ class SageMakerBidiTransport:
         """A session in this server's protocol (docs/protocol.md), configured with ``options``."""
         session = await self.open_stream()
         if options != SessionOptions():
-            config = {
-                "voice": options.voice,
-                "speed": options.speed,
-                "format": options.format,
-                "literal": options.literal or None,
-            }
-            await session.send_json({"type": "config", **{k: v for k, v in config.items() if v is not None}})
+            await session.send_raw(encode(options.config()).encode())
         return session
 
     async def open_stream(

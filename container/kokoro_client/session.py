@@ -15,7 +15,7 @@ from enum import StrEnum
 from functools import cached_property
 from typing import Any, Protocol
 
-from .protocol import ServerFrame, server_frame
+from .protocol import Config, ServerFrame, server_frame
 
 
 @dataclass(frozen=True)
@@ -77,6 +77,13 @@ class SessionOptions:
     speed: float | None = None
     format: str = "pcm"
     literal: bool = False  # markup (markdown, HTML) read as written rather than as a person reads it
+    word_timestamps: bool = False  # the server says which words start in each audio frame (``Words`` frames)
+
+    def config(self) -> Config:
+        """The session's ``config`` message: the format, and whatever else differs from the server's defaults."""
+        chosen = {"voice": self.voice, "speed": self.speed, "literal": self.literal or None}
+        chosen["word_timestamps"] = self.word_timestamps or None
+        return Config(format=self.format, **{name: value for name, value in chosen.items() if value is not None})
 
 
 class TTSSession(Protocol):

@@ -1,7 +1,7 @@
 """The throughput that sizes the stream slots (engine/capacity.py) cannot be talked down: it is the fastest of
 several rounds (a busy neighbour only slows some), and a request answered not_ready while the server warms up is
-held a moment (routes/errors.py), so a flood of them cannot pull it more than 20 % under a quiet measurement; and it is taken
-again while the engine is idle, with /metrics saying when and how it moved. Real model; the flood hits a real
+held a moment (routes/errors.py), so a flood of them cannot pull it more than 20 % under a quiet measurement; and it
+is taken again while the engine is idle, with /metrics saying when and how it moved. Real model; the flood hits a real
 Hypercorn serving an app that is still loading."""
 
 from __future__ import annotations
