@@ -9,13 +9,17 @@ import asyncio
 import uuid
 from collections.abc import Iterator
 
+import boto3
 import pytest
+from moto import mock_aws
 from support.agent_fixtures import FAST, AgentServer, agent_settings, invoke, make_model, types
+from support.agentcore_standin import deployed_agent
 from support.eventually import eventually
 from support.inproc_server import RunningServer
 from voice_agent.events import Event
 from voice_agent.scripted_model import ScriptedModel
 
+from scripts.agent_client import Invoker, arn_invoker
 from scripts.sse import post_sse
 
 pytestmark = pytest.mark.slow
@@ -196,3 +200,44 @@ async def test_the_history_keeps_within_its_turn_and_character_limits(bounded: A
 async def test_bad_session_fields_get_a_stable_code(echo: AgentServer, payload: dict[str, object], code: str) -> None:
     events = await invoke(echo.url, payload)
     assert types(events) == ["error"] and events[0]["code"] == code, events
+
+
+async def test_through_agentcore_one_runtime_session_is_one_conversation(
+    server: RunningServer, fake_aws_env: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """botocore's InvokeAgentRuntime through the AgentCore stand-in: the runtime session id (a header, never the
+    body) names the conversation."""
+    arn = "arn:aws:bedrock-agentcore:us-east-1:123456789012:runtime/kokoro_tts_agent-AbCdE12345"
+    model = make_model(reply="Noted.", echo_context=True, **FAST)
+    with deployed_agent(agent_settings(server.base_url), model, "bedrock:test", arn) as (url, standin):
+        monkeypatch.setenv("AWS_ENDPOINT_URL_BEDROCK_AGENTCORE", url)
+        caller = arn_invoker(arn, region="us-east-1", session_id=f"conversation-{uuid.uuid4()}")
+        stranger = arn_invoker(arn, region="us-east-1", session_id=f"conversation-{uuid.uuid4()}")
+
+        async def ask(invoke: Invoker, prompt: str) -> str:
+            events = [event async for event in invoke({"prompt": prompt, "mode": "batch"})]
+            assert types(events)[-1] == "agent_end", events[-1]
+            return reply_text(events)
+
+        assert (await ask(caller, "Where is my order?")).startswith("This is our first turn.")
+        assert (await ask(caller, "When will it come?")).startswith("Earlier you said: Where is my order?.")
+        assert (await ask(stranger, "When will it come?")).startswith("This is our first turn.")
+    assert len({invocation.session_id for invocation in standin.invocations}) == 2
+
+
+async def test_durable_turns_outlive_the_process_that_wrote_them(server: RunningServer, fake_aws_env: None) -> None:
+    """AGENT_SESSION_BUCKET: Strands' S3 storage (moto) holds the turns, so an agent started afresh (another
+    microVM, a redeploy) goes on with the conversation; the objects sit under the configured prefix."""
+    with mock_aws():
+        s3 = boto3.client("s3", region_name="us-east-1")
+        s3.create_bucket(Bucket="voice-sessions")
+        settings = agent_settings(server.base_url, session_bucket="voice-sessions", session_prefix="turns")
+        session = new_session()
+        for prompt, expected in [("Where is my order?", "This is our first turn."), ("When?", "Earlier you said")]:
+            model = make_model(reply="Noted.", echo_context=True, **FAST)
+            with AgentServer(settings, model).running() as agent:  # a fresh process state each time
+                events = await invoke(agent.url, {"prompt": prompt, "session_id": session, "mode": "batch"})
+            assert types(events)[-1] == "agent_end", events[-1]
+            assert reply_text(events).startswith(expected)
+        keys = [item["Key"] for item in s3.list_objects_v2(Bucket="voice-sessions")["Contents"]]
+        assert keys and all(key.startswith(f"turns/session/{session}/") for key in keys), keys

@@ -246,6 +246,60 @@ def test_stop_cuts_the_audio_and_cancels_on_the_server(
 
 
 @pytest.mark.browser
+@pytest.mark.slow
+def test_a_conversation_with_a_barge_in_keeps_what_was_heard(
+    page: Page, model: ScriptedModel, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """Three turns in one mode: the first interrupted by a new prompt after a second of its audio, the second run to
+    its end, the third stopped. The agent sees the first reply cut to what the page played (the page's report),
+    and the transcript shows the heard words and the struck-through rest."""
+    long_reply = " ".join([TEST_REPLY, *["This sentence only makes the reply longer."] * 6])
+    model.update_config(reply=long_reply, echo_context=True, tokens_per_s=20.0)
+    request.addfinalizer(lambda: model.update_config(reply=TEST_REPLY, echo_context=False, tokens_per_s=4.0))
+    page.fill("#prompt", "Where is my order?")
+    speak(page, "bidi")
+    page.wait_for_function(
+        "() => voiceDemo.scheduled.length && voiceDemo.audioTime() > voiceDemo.scheduled[0].startTime + 1.0",
+        timeout=RUN_TIMEOUT_MS,
+    )
+    page.fill("#prompt", "And when will it arrive?")
+    page.click("#speak")  # the barge-in: a new prompt while the first reply plays
+    demo = wait_done(page)
+    assert demo["runs"]["bidi"]["status"] == "done"
+    reports = page.evaluate("() => voiceDemo.reports")
+    assert len(reports) == 1 and reports[0]["mode"] == "bidi" and 1000 <= reports[0]["played_ms"] < 10_000
+    turns = page.evaluate("() => voiceDemo.transcript")
+    first, second = turns
+    assert first["state"] == "interrupted" and first["spoken"] and first["remaining"]
+    assert first["text"].startswith(first["spoken"])  # the page got more text than it played; the agent may have more
+    assert second["state"] == "done" and second["text"].startswith("Earlier you said: Where is my order?.")
+    # The agent's LLM was given the first reply as heard, not as written.
+    assert model.streams[-1].context == [
+        ("user", "Where is my order?"),
+        ("assistant", first["spoken"]),
+        ("user", "And when will it arrive?"),
+    ]
+    page.wait_for_function("() => !voiceDemo.playing", timeout=RUN_TIMEOUT_MS)
+
+    page.fill("#prompt", "Thanks, that is all.")
+    speak(page, "bidi")
+    page.wait_for_function(
+        "() => voiceDemo.scheduled.length && voiceDemo.audioTime() > voiceDemo.scheduled[0].startTime + 0.5",
+        timeout=RUN_TIMEOUT_MS,
+    )
+    page.click("#stop")
+    page.wait_for_function("() => voiceDemo.transcript[2].spoken !== null", timeout=RUN_TIMEOUT_MS)
+    third = page.evaluate("() => voiceDemo.transcript[2]")
+    assert third["state"] == "interrupted" and third["spoken"] and third["remaining"]
+    items = page.locator("#transcript li")
+    assert items.count() == 3
+    assert items.nth(0).locator(".cut").inner_text() == first["remaining"]
+    assert items.nth(1).locator(".cut").count() == 0
+    assert items.nth(2).locator(".heard").inner_text() == third["spoken"]
+    screenshot(page, tmp_path, "web-conversation")
+
+
+@pytest.mark.browser
 def test_sse_parser_and_pcm_decoder_take_any_cut(page: Page) -> None:
     """The page's own parsers, fed a stream cut at every position (CRLF split in two, odd byte counts)."""
     result = page.evaluate(

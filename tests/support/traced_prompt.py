@@ -17,7 +17,7 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from voice_agent.app import handle, make_tts
+from voice_agent.app import handle, make_conversations, make_tts
 from voice_agent.models import BuiltModel
 from voice_agent.scripted_model import SIMULATED_NAME, ScriptedModel
 from voice_agent.settings import AgentSettings
@@ -35,7 +35,12 @@ async def main(tts_url: str, mode: str, tracing: bool) -> None:
     events = [
         event
         async for event in handle(
-            {"prompt": "Hi", "mode": mode}, settings, lambda _: BuiltModel(model, SIMULATED_NAME), transport, batch
+            {"prompt": "Hi", "mode": mode},
+            settings,
+            lambda _: BuiltModel(model, SIMULATED_NAME),
+            transport,
+            batch,
+            make_conversations(settings),
         )
     ]
     spans = [

@@ -1,6 +1,7 @@
 // The demo page (docs/web.md): POST /invocations once per mode, read the SSE answer as it arrives, play each PCM
-// chunk the moment it lands (Web Audio, back to back), and draw when everything happened. Plain JS, no build step,
-// nothing loaded from outside this app.
+// chunk the moment it lands (Web Audio, back to back), and draw when everything happened. Each mode holds its own
+// conversation (a session id per mode); speaking or stopping mid-reply tells the agent how much audio was played,
+// and the transcript shows what it keeps. Plain JS, no build step, nothing loaded from outside this app.
 'use strict';
 
 (() => {
@@ -160,6 +161,10 @@
     firstAudioMs: {}, // mode → ms from sending the request to receiving the first audio_chunk (this browser's clock)
     runs: {}, // mode → what one request did (see newRun)
     lib: { SSEParser, PCMDecoder, parseBlock, base64Bytes },
+    sessionId: newSessionId(), // the conversation's; each mode's is this plus "-bidi" or "-batch"
+    // Every turn asked: {mode, prompt, text, spoken, remaining, state}; spoken/remaining once the agent has cut it.
+    transcript: [],
+    reports: [], // every report of played audio sent: {mode, played_ms}
     // AudioContext seconds now; audio still scheduled ahead; sources not yet ended (stopped ones end at once).
     audioTime: () => (ctx ? ctx.currentTime : 0),
     remainingS: () => (session ? Math.max(0, ...session.players.map((p) => p.remainingS())) : 0),
@@ -169,6 +174,13 @@
 
   let ctx = null;
   let session = null; // the current Speak: {controller, players, stopped}
+
+  function newSessionId() {
+    const bytes = crypto.getRandomValues(new Uint8Array(16));
+    return Array.from(bytes, (b) => b.toString(16).padStart(2, '0')).join('');
+  }
+
+  const sessionOf = (mode) => `${demo.sessionId}-${mode}`;
 
   function newRun(mode) {
     return {
@@ -191,6 +203,9 @@
       metrics: null,
       error: null,
       rows: [],
+      started: false, // agent_start came: the agent holds this turn, so a cut-short reply is worth reporting
+      turn: null, // this run's entry in demo.transcript
+      player: null,
     };
   }
 
@@ -202,12 +217,17 @@
     addRow(run, ms, ev);
     switch (ev.type) {
       case 'agent_start':
+        run.started = true;
         run.model = ev.model || '';
         $('#model').textContent = run.model ? `LLM: ${run.model}.` : '';
+        break;
+      case 'interrupted':
+        applyCut(run.mode, ev, run.turn);
         break;
       case 'text_delta':
         run.texts.push(ms);
         run.text += ev.text;
+        run.turn.text = run.text;
         run.firstTextMs ??= ms;
         run.lastTextMs = ms;
         break;
@@ -232,10 +252,12 @@
       case 'agent_end':
         run.metrics = ev.metrics || {};
         run.status = 'done';
+        run.turn.state = 'done';
         break;
       case 'error':
         run.error = `${ev.code}: ${ev.message}`;
         run.status = 'error';
+        run.turn.state = ev.code === 'superseded' ? 'interrupted' : 'error';
         break;
       default:
         if (ev.error) {
@@ -247,48 +269,114 @@
     redraw();
   }
 
-  async function runMode(mode, payload, current) {
+  // POST one request to the agent; hands the data of each SSE event to `onData` as it completes.
+  async function postEvents(body, signal, onData) {
+    const response = await fetch('/invocations', {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', accept: 'text/event-stream' },
+      body: JSON.stringify(body),
+      signal,
+    });
+    if (!response.ok || !response.body) throw new Error(`HTTP ${response.status}`);
+    const reader = response.body.getReader();
+    const decoder = new TextDecoder();
+    const parser = new SSEParser();
+    for (;;) {
+      const { value, done } = await reader.read();
+      const text = done ? decoder.decode() : decoder.decode(value, { stream: true });
+      const datas = parser.feed(text).concat(done ? parser.end() : []);
+      for (const data of datas) onData(JSON.parse(data));
+      if (done) break;
+    }
+  }
+
+  async function runMode(mode, payload, current, playedMs) {
     const run = newRun(mode);
     demo.runs[mode] = run;
     const player = new Player(ctx, mode);
+    run.player = player;
     current.players.push(player);
     current.controller = new AbortController();
+    run.turn = { mode, prompt: payload.prompt, text: '', spoken: null, remaining: null, state: 'speaking' };
+    demo.transcript.push(run.turn);
     run.status = 'running';
     run.t0 = performance.now();
     run.ctxT0 = ctx.currentTime;
     setStatus(`${mode}: waiting for the agent …`);
     redraw();
+    const body = { ...payload, mode, session_id: sessionOf(mode) };
+    if (playedMs !== undefined) body.played_ms = playedMs;
     try {
-      const response = await fetch('/invocations', {
-        method: 'POST',
-        headers: { 'content-type': 'application/json', accept: 'text/event-stream' },
-        body: JSON.stringify({ ...payload, mode }),
-        signal: current.controller.signal,
-      });
-      if (!response.ok || !response.body) throw new Error(`HTTP ${response.status}`);
-      const reader = response.body.getReader();
-      const decoder = new TextDecoder();
-      const parser = new SSEParser();
-      for (;;) {
-        const { value, done } = await reader.read();
-        const text = done ? decoder.decode() : decoder.decode(value, { stream: true });
-        const datas = parser.feed(text).concat(done ? parser.end() : []);
-        for (const data of datas) onEvent(run, player, JSON.parse(data));
-        if (done) break;
+      await postEvents(body, current.controller.signal, (ev) => {
+        onEvent(run, player, ev);
         if (run.firstAudioMs !== null && run.status === 'running') setStatus(`${mode}: playing as it streams …`);
-      }
+      });
       if (run.status === 'running') throw new Error('the stream ended without agent_end');
     } catch (err) {
       if (current.stopped) {
         run.status = 'stopped';
+        if (run.turn.state === 'speaking') run.turn.state = 'interrupted';
       } else {
         run.status = 'error';
         run.error = run.error || String(err && err.message ? err.message : err);
+        run.turn.state = 'error';
       }
     }
     run.endMs = sinceT0(run);
     redraw();
     return player;
+  }
+
+  // ms of a run's audio played so far: each chunk counts from its start up to now (a gap from running dry does not).
+  function heardMs(run) {
+    const now = ctx ? ctx.currentTime : 0;
+    return run.played.reduce((sum, r) => sum + Math.min(Math.max(now - r.startTime, 0), r.duration), 0) * 1000;
+  }
+
+  // The agent's cut of a mode's last turn (an `interrupted` event): the words heard, and those it forgets.
+  function applyCut(mode, ev, current) {
+    const turns = demo.transcript.filter((t) => t.mode === mode && t !== current);
+    const turn = turns[turns.length - 1];
+    if (!turn) return;
+    turn.spoken = ev.text_spoken;
+    turn.remaining = ev.text_remaining;
+    turn.state = 'interrupted';
+    redraw();
+  }
+
+  // Barge-in: silence everything and abort the request under way; returns, per mode whose reply was cut short, how
+  // many ms of it were played (to tell the agent, which keeps only the words heard).
+  function interrupt() {
+    const reports = {};
+    if (!session) return reports;
+    for (const run of Object.values(demo.runs)) {
+      const cutShort = run.status === 'running' || (run.player && run.player.remainingS() > 0);
+      if (run.started && cutShort) reports[run.mode] = Math.round(heardMs(run));
+    }
+    session.stopped = true;
+    if (session.controller) session.controller.abort();
+    stopAudio();
+    for (const run of Object.values(demo.runs)) {
+      if (run.status === 'running' || run.status === 'waiting') run.status = 'stopped';
+      if (run.status === 'stopped' && run.t0) run.stopMs ??= sinceT0(run);
+    }
+    return reports;
+  }
+
+  // A Stop with no new prompt: the report goes alone, and its answer is the agent's cut.
+  async function report(reports) {
+    await Promise.all(
+      Object.entries(reports).map(async ([mode, played]) => {
+        demo.reports.push({ mode, played_ms: played });
+        try {
+          await postEvents({ session_id: sessionOf(mode), played_ms: played }, undefined, (ev) => {
+            if (ev.type === 'interrupted') applyCut(mode, ev, null);
+          });
+        } catch (err) {
+          setStatus(`Stopped, but the agent did not get the report: ${err}`);
+        }
+      }),
+    );
   }
 
   // Resolves when the player's audio has played out (so modes run in turn can each be heard), or on Stop.
@@ -301,8 +389,9 @@
 
   async function speak(event) {
     event.preventDefault();
-    if (demo.state === 'running') return;
-    stopAudio(); // a new Speak replaces whatever still plays
+    // A new Speak interrupts whatever still streams or plays; the agent hears how much of it was played.
+    const reports = interrupt();
+    for (const [mode, played] of Object.entries(reports)) demo.reports.push({ mode, played_ms: played });
     // Created on the first click (browsers allow audio after a user gesture), at the stream's rate, so Web Audio
     // resamples the joined stream once at the output instead of each chunk on its own.
     ctx = ctx || new AudioContext({ sampleRate: DEFAULT_RATE, latencyHint: 'interactive' });
@@ -328,8 +417,9 @@
     $('#verdict').hidden = true;
     updateButtons();
 
+    $('#conversation').hidden = false;
     for (const [i, mode] of modes.entries()) {
-      const player = await runMode(mode, payload, current);
+      const player = await runMode(mode, payload, current, reports[mode]);
       if (current.stopped) break;
       if (i < modes.length - 1) {
         setStatus(`${mode}: finishing playback before ${modes[i + 1]} starts …`);
@@ -351,28 +441,33 @@
     for (const player of session.players) player.stop();
   }
 
-  // Barge-in: abort the request (the server sees the disconnect and stops the LLM and the TTS session) and
-  // silence everything scheduled, now.
+  // Stop: abort the request (the server sees the disconnect and stops the LLM and the TTS session), silence
+  // everything scheduled now, then tell the agent how much of each cut-short reply was played.
   function stop() {
     if (!session) return;
-    const current = session;
     const wasRunning = demo.state === 'running';
-    current.stopped = true;
-    if (current.controller) current.controller.abort();
-    stopAudio();
-    for (const run of Object.values(demo.runs)) {
-      if (run.status === 'running' || run.status === 'waiting') run.status = 'stopped';
-      if (run.status === 'stopped' && run.t0) run.stopMs ??= sinceT0(run);
-    }
+    const reports = interrupt();
     demo.state = 'stopped';
     setStatus(wasRunning ? 'Stopped: the request was aborted and the audio cut.' : 'Stopped the audio.');
+    updateButtons();
+    redraw();
+    report(reports).then(redraw);
+  }
+
+  function newConversation() {
+    interrupt();
+    demo.sessionId = newSessionId();
+    demo.transcript = [];
+    if (demo.state === 'running') demo.state = 'stopped';
+    $('#conversation').hidden = true;
+    setStatus('A new conversation: the agent remembers nothing said before.');
     updateButtons();
     redraw();
   }
 
   function updateButtons() {
     const busy = demo.state === 'running';
-    $('#speak').disabled = busy;
+    $('#speak').textContent = busy || demo.playing ? 'Interrupt and speak' : 'Speak';
     $('#stop').disabled = !(busy || demo.playing);
   }
 
@@ -413,6 +508,7 @@
   }
 
   function draw() {
+    drawTranscript();
     const runs = Object.values(demo.runs);
     // One time scale for every column, so the two modes compare at a glance.
     const scale = Math.max(4000, Math.ceil(Math.max(0, ...runs.map(lastMs)) / 1000) * 1000);
@@ -446,6 +542,27 @@
     const reply = $('.reply', column);
     reply.textContent = run.text;
     if (run.error) reply.append(el('span', ` ${run.error}`, 'error'));
+  }
+
+  function drawTranscript() {
+    const items = demo.transcript.map((turn) => {
+      const item = el('li', '');
+      item.dataset.mode = turn.mode;
+      item.dataset.state = turn.state;
+      const asked = el('div', '', 'asked');
+      asked.append(el('span', `You (${turn.mode}):`, 'who'), turn.prompt);
+      const answer = el('div', '', 'answer');
+      answer.append(el('span', 'Agent:', 'who'));
+      if (turn.spoken === null) {
+        answer.append(el('span', turn.text, 'heard'));
+      } else {
+        answer.append(el('span', turn.spoken, 'heard'), ' ', el('span', turn.remaining, 'cut'));
+      }
+      if (turn.state !== 'done') answer.append(el('span', `(${turn.state})`, 'note'));
+      item.append(asked, answer);
+      return item;
+    });
+    $('#transcript').replaceChildren(...items);
   }
 
   function el(tag, text, className) {
@@ -543,6 +660,8 @@
     else if (ev.type === 'agent_end') detail = JSON.stringify(ev.metrics);
     else if (ev.type === 'error') detail = `${ev.code}: ${ev.message}`;
     else if (ev.type === 'agent_start') detail = `${ev.model}, voice ${ev.voice ?? 'default'}`;
+    else if (ev.type === 'words') detail = ev.words.map((w) => `${w.word}@${Math.round(w.start_ms)}`).join(' ');
+    else if (ev.type === 'interrupted') detail = `${ev.played_ms} ms played: kept ${JSON.stringify(ev.text_spoken)}`;
     const row = document.createElement('tr');
     const agentMs = ev.t_ms === undefined ? '' : `${ev.t_ms}`;
     row.append(el('td', `${Math.round(at)}`), el('td', agentMs), el('td', ev.type || '?'), el('td', detail));
@@ -570,6 +689,7 @@
       });
     });
     $('#stop').addEventListener('click', stop);
+    $('#new-conversation').addEventListener('click', newConversation);
     const speed = $('#speed');
     speed.addEventListener('input', () => ($('#speed-value').textContent = Number(speed.value).toFixed(2)));
     window.addEventListener('resize', redraw);
