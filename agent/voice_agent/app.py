@@ -20,7 +20,7 @@ from strands import Agent
 from strands.types.exceptions import MaxTokensReachedException
 
 from . import metrics
-from .conversations import Conversations, Limits, SessionBusy, Turn
+from .conversations import Conversations, Limits, SessionBusy, SessionUnavailable, Turn
 from .events import ErrorCode, Event, Events
 from .hangup import Hangup, HangupMiddleware, hangup_of, until_hangup
 from .models import BuiltModel, ModelUnavailable, build_model
@@ -147,6 +147,10 @@ async def handle(
     except SessionBusy as busy:
         metrics.request_error(ErrorCode.SESSION_BUSY)
         yield events.error(ErrorCode.SESSION_BUSY, str(busy))
+        return
+    except SessionUnavailable as unavailable:
+        metrics.request_error(ErrorCode.SESSION_UNAVAILABLE)
+        yield events.error(ErrorCode.SESSION_UNAVAILABLE, str(unavailable))
         return
     if superseded.fired and request.prompt is not None and not turn.ended:
         # The caller is still there: say why the reply stopped (its turn keeps the words sent).

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import re
 import time
 from collections import OrderedDict
@@ -22,9 +23,12 @@ from strands.session.snapshot_session_manager import SnapshotSessionManager
 from strands.storage import InMemoryStorage, Storage
 from strands.types.content import Message
 
-from .events import Event
+from .events import ErrorCode, Event
 from .hangup import Hangup
 from .heard import Cut, ReplyWords
+from .metrics import request_error
+
+log = logging.getLogger(__name__)
 
 # AgentCore's runtimeSessionId is 33+ of these characters; a local caller may use shorter ones.
 SESSION_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,255}")
@@ -50,6 +54,10 @@ class SessionBusy(Exception):
     """The session's running reply did not stop in time for the next prompt."""
 
 
+class SessionUnavailable(Exception):
+    """The session's turns cannot be read (durable storage failing or refused)."""
+
+
 class Turn:
     """One request's use of its session: the agent with the history restored, the reply's words as they go by."""
 
@@ -63,9 +71,17 @@ class Turn:
 
     async def agent(self, model: Model, system_prompt: str) -> Agent:
         # A session restore reads storage (S3: a request): built off the event loop.
-        agent = await asyncio.to_thread(
-            Agent, model=model, system_prompt=system_prompt, callback_handler=None, session_manager=self.manager
-        )
+        try:
+            agent = await asyncio.to_thread(
+                Agent, model=model, system_prompt=system_prompt, callback_handler=None, session_manager=self.manager
+            )
+        except Exception as exc:
+            if self.manager is None:
+                raise
+            # Answering without the history would answer a different conversation: say so instead.
+            log.exception("cannot read session %s", self.manager.session_id)
+            why = f"{type(exc).__name__}: {exc}" + (f" ({exc.__cause__})" if exc.__cause__ else "")
+            raise SessionUnavailable(f"cannot read the session's turns: {why}") from exc
         agent.system_prompt = system_prompt  # the operator's current prompt, not the one saved with the session
         self._agent = agent
         return agent
@@ -97,13 +113,19 @@ class Turn:
         if self.manager is None or agent is None:
             return
         if self.reply_from is not None:
-            if not self.complete:
-                _keep(agent.messages, self.reply_from, self.words.cut(None, complete=False).spoken)
+            # A whole reply stays as Strands keeps it (tool calls and all), unless it left no answer to the prompt.
+            unanswered = not agent.messages or agent.messages[-1]["role"] != "assistant"
+            if not self.complete or unanswered:
+                _keep(agent.messages, self.reply_from, self.words.cut(None, complete=self.complete).spoken)
             reply_from = min(self.reply_from, len(agent.messages))
             dropped = _bound(agent.messages, reply_from, self.limits)
             state = {"from": reply_from - dropped, "complete": self.complete, **self.words.as_state()}
             agent.state.set(REPLY_STATE, state)
-        await self.manager.save_snapshot(agent, is_latest=True)
+        try:
+            await self.manager.save_snapshot(agent, is_latest=True)
+        except Exception:  # the reply is out already: the next turn will miss this one, and the log says why
+            log.exception("cannot save session %s", self.manager.session_id)
+            request_error(ErrorCode.SESSION_UNAVAILABLE)
 
 
 def _keep(messages: list[Message], reply_from: int, spoken: str) -> None:

@@ -33,6 +33,7 @@ class ErrorCode(StrEnum):
     # The conversation
     SESSION_BUSY = "session_busy"  # the session's running reply did not stop in time for this prompt
     SUPERSEDED = "superseded"  # a newer prompt in the same session interrupted this reply (its last event)
+    SESSION_UNAVAILABLE = "session_unavailable"  # the session's turns cannot be read (durable storage failing)
     # The LLM
     MODEL_UNAVAILABLE = "model_unavailable"  # the configured model cannot be built (missing package, bad config)
     LLM_FAILED = "llm_failed"  # the LLM stream raised

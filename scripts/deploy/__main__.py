@@ -173,6 +173,7 @@ def cmd_tfvars(args: argparse.Namespace) -> int:
         max_instances=int(args.max_instances),
         live_instances=live,
         gpu_slots=gpu_slots,
+        session_storage=args.session_storage,
     )
     variables = deployment_variables(shared, args.tts_image, args.agent_image, settings)
     if "gpu_stream_slots" in variables:
@@ -371,6 +372,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--instance-type", default=env.get("INSTANCE_TYPE") or "ml.g5.xlarge")
     p.add_argument("--min-instances", default=env.get("MIN_INSTANCES") or "1")
     p.add_argument("--max-instances", default=env.get("MAX_INSTANCES") or "2")
+    p.add_argument(
+        "--session-storage",
+        default=env.get("SESSION_STORAGE") or "memory",
+        help="where the agent keeps conversation turns: memory or s3 (the weight bucket, sessions/)",
+    )
     p.add_argument(
         "--previous-outputs",
         type=Path,

@@ -5,6 +5,8 @@
 #   AWS_REGION             default: AWS_DEFAULT_REGION, the region terraform/shared lives in, the profile's, us-east-1
 #   INSTANCE_TYPE          default ml.g5.xlarge;  MIN_INSTANCES / MAX_INSTANCES: autoscaling, default 1 / 2
 #                          a GPU type (ml.g*, ml.p*) gets the torch image (CUDA), any other the onnx image (CPU)
+#   SESSION_STORAGE        where the agent keeps conversation turns: memory (default; each runtime session's
+#                          microVM) or s3 (the weight bucket under sessions/, expired after a day)
 #   WEIGHTS_SOURCE         local (default: the layout in WEIGHTS_DIR, default models/kokoro, with the torch
 #                          weights) or hf (fetched from Hugging Face into models/kokoro-hf)
 #   WAIT_TIMEOUT_S, WAIT_POLL_S   the wait for InService (default 3600 / 30)

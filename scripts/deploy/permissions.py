@@ -374,6 +374,19 @@ ROLE_BOUNDARY: tuple[Statement, ...] = (
         ("arn:aws:kms:*:*:key/*",),
         {"StringLike": {"kms:ViaService": "s3.*.amazonaws.com"}},
     ),
+    # The agent's durable conversation turns (terraform/deployment agent_session_storage = "s3"): written under the
+    # weight bucket's sessions/ prefix, which its lifecycle rule expires, and encrypted with its key.
+    Statement(
+        "SessionTurns",
+        ("s3:DeleteObject", "s3:GetObject", "s3:PutObject"),
+        ("arn:aws:s3:::{name}-weights-*/sessions/*",),
+    ),
+    Statement(
+        "EncryptSessionTurns",
+        ("kms:GenerateDataKey",),
+        ("arn:aws:kms:*:*:key/*",),
+        {"StringLike": {"kms:ViaService": "s3.*.amazonaws.com"}},
+    ),
     Statement(
         "PullImages",
         ("ecr:BatchCheckLayerAvailability", "ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer"),

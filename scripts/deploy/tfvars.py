@@ -30,6 +30,10 @@ SHARED_OUTPUTS = (
 )
 
 
+# terraform/deployment's agent_session_storage.
+SESSION_STORAGES = ("memory", "s3")
+
+
 class OutputsError(DeployError):
     pass
 
@@ -60,6 +64,7 @@ class DeploymentSettings:
     live_instances: int | None = None
     # make gpu-check's stream slots (gpu_slots.py): the autoscaling target's basis on a GPU type.
     gpu_slots: GpuSlots | None = None
+    session_storage: str = "memory"  # the agent's conversation turns: memory, or s3 (the weight bucket)
 
     def initial_instances(self) -> int:
         """What the variant starts with: the floor, or the live count kept within the (new) bounds."""
@@ -111,6 +116,8 @@ def deployment_variables(
     problems = count_problems(settings.instance_type, str(settings.min_instances), str(settings.max_instances))
     if not settings.bedrock_model_id.strip():
         problems.append("BEDROCK_MODEL_ID is empty")
+    if settings.session_storage not in SESSION_STORAGES:
+        problems.append(f"SESSION_STORAGE={settings.session_storage!r} must be one of {', '.join(SESSION_STORAGES)}")
     if problems:
         raise OutputsError("; ".join(problems))
     variables = {
@@ -126,6 +133,7 @@ def deployment_variables(
         "initial_instance_count": settings.initial_instances(),
         "min_instance_count": settings.min_instances,
         "max_instance_count": settings.max_instances,
+        "agent_session_storage": settings.session_storage,
     }
     if settings.gpu_slots is not None and settings.gpu_slots.measured_on(settings.instance_type):
         variables["gpu_stream_slots"] = settings.gpu_slots.variable()

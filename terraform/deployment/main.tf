@@ -20,6 +20,13 @@ locals {
   # and rewrite the roles only with it, so a role never does more than it allows.
   role_boundary_arn = "arn:${data.aws_partition.current.partition}:iam::${data.aws_caller_identity.current.account_id}:policy/${var.name}-role-boundary"
   weights_s3_uri    = "s3://${var.weights_bucket_name}/${var.weights_prefix}"
+
+  # Durable turns: the agent's Strands S3 storage under this prefix of the weight bucket (null: in memory).
+  session_prefix = var.agent_session_storage == "s3" ? "sessions/${local.agent_runtime_name}/" : null
+  session_environment = local.session_prefix == null ? {} : {
+    AGENT_SESSION_BUCKET = var.weights_bucket_name
+    AGENT_SESSION_PREFIX = trimsuffix(local.session_prefix, "/")
+  }
 }
 
 module "iam" {
@@ -34,6 +41,7 @@ module "iam" {
   agent_repository_arn = local.agent_repository_arn
   agent_runtime_name   = local.agent_runtime_name
   bedrock_model_id     = var.bedrock_model_id
+  session_prefix       = local.session_prefix
 
   permissions_boundary_arn = local.role_boundary_arn
 }
@@ -70,7 +78,7 @@ module "agentcore_runtime" {
   tts_endpoint_name      = local.endpoint_name # the name, not the resource: the runtime does not wait for it
   bedrock_model_id       = var.bedrock_model_id
   region                 = var.region
-  environment            = var.agent_environment
+  environment            = merge(local.session_environment, var.agent_environment)
   enable_runtime_outputs = var.enable_runtime_outputs
   log_retention_days     = var.log_retention_days
 }

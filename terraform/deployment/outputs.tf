@@ -77,3 +77,8 @@ output "agent_runtime_role_arn" {
   description = "Execution role of the agent runtime."
   value       = module.iam.agent_runtime_role_arn
 }
+
+output "agent_session_store" {
+  description = "Where the agent keeps its conversations' turns: s3://<weight bucket>/sessions/<runtime>/ when agent_session_storage is s3, null when they stay in memory."
+  value       = local.session_prefix == null ? null : "s3://${var.weights_bucket_name}/${local.session_prefix}"
+}

@@ -183,6 +183,17 @@ variable "tts_environment" {
   default     = {}
 }
 
+variable "agent_session_storage" {
+  description = "Where the agent keeps its conversations' turns (docs/agent.md): memory (each AgentCore session's microVM; lost when it ends) or s3 (the weight bucket, under sessions/<runtime>/, expired by its lifecycle rule; survives a restart or a redeploy)."
+  type        = string
+  default     = "memory"
+
+  validation {
+    condition     = contains(["memory", "s3"], var.agent_session_storage)
+    error_message = "agent_session_storage must be memory or s3."
+  }
+}
+
 variable "agent_environment" {
   description = "Extra environment variables for the agent runtime."
   type        = map(string)

@@ -352,6 +352,7 @@ def run_flow(url: str, deployer: dict[str, str], admin: dict[str, str], authoriz
             instance_type="ml.g5.xlarge",
             min_instances=1,
             max_instances=2,
+            session_storage="s3",  # the runtime role's statements on the turns, and the bucket's rule that expires them
         )
         variables = deployment_variables(shared, images["tts_repository_url"], images["agent_repository_url"], settings)
         for forced in ("bedrock_model_id", "instance_type", "enable_runtime_outputs"):
@@ -361,6 +362,9 @@ def run_flow(url: str, deployer: dict[str, str], admin: dict[str, str], authoriz
         tf("deployment", "apply", "-auto-approve", "-input=false", "-var-file=deploy.tfvars.json")
         outputs = tf.outputs("deployment")
         endpoint, endpoint_arn = str(outputs["endpoint_name"]), str(outputs["endpoint_arn"])
+
+        begin("session turns")
+        session_turns(url, admin, outputs)
 
         begin("wait")
         ready = wait_in_service(as_deployer("sagemaker"), endpoint, timeout_s=60, poll_s=0.1, log=log)
@@ -406,6 +410,48 @@ def run_flow(url: str, deployer: dict[str, str], admin: dict[str, str], authoriz
             via = f" (implied by {refused.implied_by})" if refused.implied_by else ""
             raise Denied(f"{step}: {refused.principal} may not {refused.action} on {refused.resource}{via}") from None
         raise
+
+
+def session_turns(url: str, admin: Mapping[str, str], outputs: Mapping[str, Any]) -> None:
+    """The agent's durable turns as the runtime role: Strands' S3 storage under the prefix the deployment gave it
+    (from the runtime's environment), on the SSE-KMS weight bucket; two turns, the second restoring the first."""
+    import asyncio
+
+    import boto3
+    from strands.storage import S3Storage
+    from voice_agent.conversations import Conversations, Limits
+    from voice_agent.hangup import Hangup
+    from voice_agent.scripted_model import ScriptedModel
+
+    role = client(url, "iam", admin).get_role(RoleName=f"{NAME}-agentcore")["Role"]["Arn"]
+    granted = client(url, "sts", admin).assume_role(RoleArn=role, RoleSessionName="agentcore-runtime")["Credentials"]
+    as_runtime = boto3.Session(
+        aws_access_key_id=granted["AccessKeyId"],
+        aws_secret_access_key=granted["SecretAccessKey"],
+        aws_session_token=granted["SessionToken"],
+        region_name=REGION,
+    )
+    store = str(outputs["agent_session_store"])  # s3://bucket/sessions/<runtime>/
+    bucket, _, prefix = store.removeprefix("s3://").rstrip("/").partition("/")
+    storage = S3Storage(bucket, prefix=prefix, boto_session=as_runtime)
+    conversations = Conversations(Limits(20, 16_000, 10, 900.0, 5.0), storage)
+    model = ScriptedModel(reply="Noted.", ttft_s=0.0, tokens_per_s=1000.0, echo_context=True)
+
+    async def turn(prompt: str) -> list[Any]:
+        async with conversations.turn("enforced-flow-session", Hangup()) as current:
+            agent = await current.agent(model, "You are terse.")
+            current.asked()
+            async for _ in agent.stream_async(prompt):
+                pass
+            current.see({"type": "agent_end"})
+            return list(agent.messages)
+
+    with bucket_policy_lifted(client(url, "s3", admin), bucket):
+        asyncio.run(turn("Where is my order?"))
+        second = asyncio.run(turn("When will it come?"))
+    if [m["role"] for m in second] != ["user", "assistant", "user", "assistant"]:
+        raise RuntimeError(f"the second turn did not see the first: {second}")
+    log(f"  two turns kept under s3://{bucket}/{prefix}/ as the runtime role")
 
 
 def deployer_arn(account: str) -> str:

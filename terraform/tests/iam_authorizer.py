@@ -251,7 +251,9 @@ def requested(response: Any, service: str, operation: str, moto_resource: str) -
         if found and operation in ("PutObject", "GetObject"):
             kms_action = "kms:GenerateDataKey" if operation == "PutObject" else "kms:Decrypt"
             tags = {f"aws:ResourceTag/{k}": v for k, v in found[1].items()}
-            implied.append(Call(kms_action, found[0], tags, f"{action} {moto_resource}"))
+            # S3 asks KMS on the caller's behalf: AWS puts the service in the request context (kms:ViaService).
+            via = {**tags, "kms:ViaService": f"s3.{region}.amazonaws.com"}
+            implied.append(Call(kms_action, found[0], via, f"{action} {moto_resource}"))
     elif prefix == "iam":
         if operation == "CreateServiceLinkedRole":
             service_name = str(_param(response, "AWSServiceName"))

@@ -241,3 +241,16 @@ async def test_durable_turns_outlive_the_process_that_wrote_them(server: Running
             assert reply_text(events).startswith(expected)
         keys = [item["Key"] for item in s3.list_objects_v2(Bucket="voice-sessions")["Contents"]]
         assert keys and all(key.startswith(f"turns/session/{session}/") for key in keys), keys
+
+
+async def test_a_session_store_that_cannot_be_read_says_so(server: RunningServer, fake_aws_env: None) -> None:
+    """Durable turns in a bucket that is gone: answering without the history would answer another conversation, so
+    the prompt gets session_unavailable (and a prompt with no session is answered as ever)."""
+    with mock_aws():
+        settings = agent_settings(server.base_url, session_bucket="no-such-bucket")
+        with AgentServer(settings, make_model(reply="Noted.", **FAST)).running() as agent:
+            events = await invoke(agent.url, {"prompt": "Hello.", "session_id": new_session(), "mode": "batch"})
+            assert types(events) == ["error"] and events[0]["code"] == "session_unavailable", events
+            assert "NoSuchBucket" in events[0]["message"]
+            alone = await invoke(agent.url, {"prompt": "Hello.", "mode": "batch"})
+            assert types(alone)[-1] == "agent_end"

@@ -82,7 +82,22 @@ def test_deployment_variables_from_the_shared_outputs(tmp_path: Path) -> None:
         "initial_instance_count": 2,
         "min_instance_count": 2,
         "max_instance_count": 4,
+        "agent_session_storage": "memory",
     }
+
+
+def test_session_storage_is_passed_on_or_refused_by_name() -> None:
+    shared = shared_outputs()
+    durable = DeploymentSettings(MODEL_ID, session_storage="s3")
+    assert (
+        deployment_variables(shared, f"{TTS_REPO}@{DIGEST_A}", f"{AGENT_REPO}@{DIGEST_B}", durable)[
+            "agent_session_storage"
+        ]
+        == "s3"
+    )
+    with pytest.raises(OutputsError, match="SESSION_STORAGE='dynamo' must be one of memory, s3"):
+        wrong = DeploymentSettings(MODEL_ID, session_storage="dynamo")
+        deployment_variables(shared, f"{TTS_REPO}@{DIGEST_A}", f"{AGENT_REPO}@{DIGEST_B}", wrong)
 
 
 @pytest.mark.parametrize(

@@ -470,3 +470,57 @@ run "rejects_a_graviton_instance_type" {
 
   expect_failures = [var.instance_type]
 }
+
+run "durable_turns_in_the_weight_bucket" {
+  command = plan
+
+  variables {
+    agent_session_storage = "s3"
+  }
+
+  assert {
+    condition = module.agentcore_runtime.environment_variables["AGENT_SESSION_BUCKET"] == "kokoro-weights-test" && (
+    module.agentcore_runtime.environment_variables["AGENT_SESSION_PREFIX"] == "sessions/kokoro_tts_agent")
+    error_message = "With s3 the agent keeps its turns in the weight bucket under sessions/<runtime>."
+  }
+
+  assert {
+    condition = [
+      for s in jsondecode(module.iam.agent_runtime_role_policy).Statement : s.Resource if s.Sid == "SessionTurns"
+    ] == ["arn:aws:s3:::kokoro-weights-test/sessions/kokoro_tts_agent/*"]
+    error_message = "The runtime role reads and writes the turns under its own prefix only."
+  }
+
+  assert {
+    condition = [
+      for s in jsondecode(module.iam.agent_runtime_role_policy).Statement : s.Action if s.Sid == "SessionTurnsKey"
+    ] == [["kms:Decrypt", "kms:GenerateDataKey"]]
+    error_message = "The turns are written with the bucket's KMS key, through S3 only."
+  }
+}
+
+run "turns_in_memory_by_default" {
+  command = plan
+
+  assert {
+    condition     = !contains(keys(module.agentcore_runtime.environment_variables), "AGENT_SESSION_BUCKET")
+    error_message = "By default the agent keeps its turns in memory."
+  }
+
+  assert {
+    condition = length([
+      for s in jsondecode(module.iam.agent_runtime_role_policy).Statement : s if startswith(s.Sid, "Session")
+    ]) == 0
+    error_message = "Without durable turns the runtime role gets no S3 access."
+  }
+}
+
+run "rejects_an_unknown_session_storage" {
+  command = plan
+
+  variables {
+    agent_session_storage = "dynamodb"
+  }
+
+  expect_failures = [var.agent_session_storage]
+}

@@ -51,6 +51,32 @@ locals {
     ),
   ] : statement if !startswith(local.foundation_model_id, "amazon.")]
 
+  # Durable conversation turns (Strands' S3 storage): read, write and forget them under the prefix. ListBucket on
+  # the bucket itself, unconditioned: without it S3 answers a new session's missing snapshot with 403 instead of
+  # 404, and a prefix condition does not apply to that check (a GetObject carries no s3:prefix).
+  session_statements = [for statement in [
+    {
+      Sid      = "SessionTurns"
+      Effect   = "Allow"
+      Action   = ["s3:DeleteObject", "s3:GetObject", "s3:PutObject"]
+      Resource = "${var.weights_bucket_arn}/${coalesce(var.session_prefix, "-")}*"
+    },
+    {
+      Sid      = "FindSessionTurns"
+      Effect   = "Allow"
+      Action   = ["s3:ListBucket"]
+      Resource = var.weights_bucket_arn
+    },
+    {
+      # The bucket's SSE-KMS key: a write needs a data key, a read its decryption, both only through S3.
+      Sid       = "SessionTurnsKey"
+      Effect    = "Allow"
+      Action    = ["kms:Decrypt", "kms:GenerateDataKey"]
+      Resource  = coalesce(var.weights_kms_key_arn, "-")
+      Condition = { StringEquals = { "kms:ViaService" = "s3.${local.region}.amazonaws.com" } }
+    },
+  ] : statement if var.session_prefix != null && (statement.Sid != "SessionTurnsKey" || var.weights_kms_key_arn != null)]
+
   kms_statements = var.weights_kms_key_arn == null ? [] : [{
     Sid      = "DecryptWeights"
     Effect   = "Allow"
@@ -217,6 +243,6 @@ resource "aws_iam_role_policy" "agent_runtime" {
         ]
         Resource = local.endpoint_arn
       },
-    ], local.marketplace_statements)
+    ], local.marketplace_statements, local.session_statements)
   })
 }

@@ -34,6 +34,18 @@ variable "weights_kms_key_arn" {
   default     = null
 }
 
+variable "session_prefix" {
+  description = "Key prefix in the weight bucket where the agent keeps its sessions' turns (AGENT_SESSION_BUCKET, docs/agent.md), with a trailing slash; null: the agent keeps them in memory and gets no S3 access."
+  type        = string
+  default     = null
+
+  validation {
+    # The roles' boundary allows writes under sessions/ only, and the bucket's lifecycle expires that prefix.
+    condition     = var.session_prefix == null || (startswith(coalesce(var.session_prefix, "-"), "sessions/") && endswith(coalesce(var.session_prefix, "-"), "/"))
+    error_message = "session_prefix must start with sessions/ and end with /."
+  }
+}
+
 variable "tts_repository_arn" {
   description = "ECR repository ARN of the TTS image."
   type        = string

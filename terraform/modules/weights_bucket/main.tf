@@ -97,6 +97,25 @@ resource "aws_s3_bucket_lifecycle_configuration" "this" {
     }
   }
 
+  # The agent's conversation turns, when it keeps them here (docs/agent.md): an AgentCore session lasts at most
+  # eight hours, so a day later nothing reads them again.
+  rule {
+    id     = "expire-session-turns"
+    status = "Enabled"
+
+    filter {
+      prefix = "sessions/"
+    }
+
+    expiration {
+      days = var.session_expiration_days
+    }
+
+    noncurrent_version_expiration {
+      noncurrent_days = 1
+    }
+  }
+
   # A lifecycle rule on a bucket whose versioning is still being enabled can be rejected.
   depends_on = [aws_s3_bucket_versioning.this]
 }

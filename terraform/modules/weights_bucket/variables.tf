@@ -26,8 +26,8 @@ variable "model_name" {
   default     = "kokoro-82m"
 
   validation {
-    condition     = can(regex("^[A-Za-z0-9][A-Za-z0-9._-]*$", var.model_name))
-    error_message = "model_name must be a single path segment of letters, digits, . _ -."
+    condition     = can(regex("^[A-Za-z0-9][A-Za-z0-9._-]*$", var.model_name)) && var.model_name != "sessions"
+    error_message = "model_name must be a single path segment of letters, digits, . _ - (not sessions, where the agent's turns expire)."
   }
 }
 
@@ -67,6 +67,17 @@ variable "noncurrent_version_expiration_days" {
   validation {
     condition     = var.noncurrent_version_expiration_days >= 1
     error_message = "noncurrent_version_expiration_days must be at least 1."
+  }
+}
+
+variable "session_expiration_days" {
+  description = "Days the agent's conversation turns (keys under sessions/) are kept."
+  type        = number
+  default     = 1
+
+  validation {
+    condition     = var.session_expiration_days >= 1
+    error_message = "session_expiration_days must be at least 1."
   }
 }
 
