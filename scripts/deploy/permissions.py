@@ -368,24 +368,19 @@ ROLE_BOUNDARY: tuple[Statement, ...] = (
         ("s3:GetObject", "s3:ListBucket"),
         ("arn:aws:s3:::{name}-weights-*", "arn:aws:s3:::{name}-weights-*/*"),
     ),
+    # The bucket key, through S3 only: the weights are decrypted, the agent's turns (below) encrypted too.
     Statement(
-        "DecryptWeights",
-        ("kms:Decrypt",),
+        "BucketKeyViaS3",
+        ("kms:Decrypt", "kms:GenerateDataKey"),
         ("arn:aws:kms:*:*:key/*",),
         {"StringLike": {"kms:ViaService": "s3.*.amazonaws.com"}},
     ),
     # The agent's durable conversation turns (terraform/deployment agent_session_storage = "s3"): written under the
-    # weight bucket's sessions/ prefix, which its lifecycle rule expires, and encrypted with its key.
+    # weight bucket's sessions/ prefix, which its lifecycle rule expires.
     Statement(
         "SessionTurns",
         ("s3:DeleteObject", "s3:GetObject", "s3:PutObject"),
         ("arn:aws:s3:::{name}-weights-*/sessions/*",),
-    ),
-    Statement(
-        "EncryptSessionTurns",
-        ("kms:GenerateDataKey",),
-        ("arn:aws:kms:*:*:key/*",),
-        {"StringLike": {"kms:ViaService": "s3.*.amazonaws.com"}},
     ),
     Statement(
         "PullImages",
