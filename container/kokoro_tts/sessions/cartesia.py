@@ -30,11 +30,12 @@ from kokoro_client.cartesia import (
     parse_client_message,
 )
 from kokoro_client.errors import ErrorCode, TTSError
-from kokoro_client.protocol import WordTiming
 
 from kokoro_tts.audio.encoding import audio_format, output_rate
+from kokoro_tts.engine.character_timing import SentText
 from kokoro_tts.engine.events import Audio, Refused, Words
 from kokoro_tts.engine.utterances import Pieces, Utterance
+from kokoro_tts.sessions.contexts import Contexts
 from kokoro_tts.sessions.core import Finished, Session, SessionEvent, ShuttingDown
 from kokoro_tts.sessions.writing import WrittenUtterance
 
@@ -42,31 +43,12 @@ from kokoro_tts.sessions.writing import WrittenUtterance
 @dataclass(eq=False)
 class _Context:
     written: WrittenUtterance
+    sent: SentText = field(default_factory=SentText)  # its words are reported as written in it
     cancelled: bool = False
-    text: list[str] = field(default_factory=list)  # every character the client sent for it
-    word_end: int = 0  # where the last word reported ends in ``text``
 
     @property
     def id(self) -> str:
         return self.written.utterance.id  # a context's utterance is named by its context_id
-
-    def received(self, transcript: str) -> None:
-        self.text.extend(transcript)
-
-    def as_written(self, word: WordTiming) -> str:
-        """``word`` with the punctuation it is written with ("Sure," and "(yes)"), as Cartesia reports words: the
-        words a client joins are then the text it sent."""
-        start, end = word.char_start, word.char_end
-        while start > self.word_end and _punctuation(self.text[start - 1]):
-            start -= 1
-        while end < len(self.text) and _punctuation(self.text[end]):
-            end += 1
-        self.word_end = end
-        return "".join(self.text[start:end])
-
-
-def _punctuation(char: str) -> bool:
-    return not char.isspace() and not char.isalnum()
 
 
 class CartesiaDialect:
@@ -74,8 +56,7 @@ class CartesiaDialect:
 
     def __init__(self, session: Session) -> None:
         self._session = session
-        self._open: dict[str, _Context] = {}  # contexts that take text
-        self._speaking: dict[str, _Context] = {}  # every context not yet finished
+        self._contexts: Contexts[str, _Context] = Contexts(session)  # a context's utterance id is its context_id
         self._unnamed = 0  # requests without a context_id: each its own context
 
     @property
@@ -98,7 +79,7 @@ class CartesiaDialect:
         if request.context_id is None:
             self._unnamed += 1
         context_id = request.context_id or f"unnamed-{self._unnamed}"
-        context = self._open.get(context_id)
+        context = self._contexts.open.get(context_id)
         if context is None:
             try:
                 context = self._open_context(context_id, request)
@@ -108,15 +89,14 @@ class CartesiaDialect:
         if too_long := context.written.too_long(len(request.transcript)):
             await self._session.refuse(too_long, context_id)  # this text only: the context goes on, or ends below
         else:
-            context.received(request.transcript)
+            context.sent.received(request.transcript)
             await context.written.append(request.transcript)
         if not request.more:
-            del self._open[context_id]
-            await context.written.end()
+            await self._contexts.end(context_id)
 
     def _open_context(self, context_id: str, request: Generate) -> _Context:
         session = self._session
-        if context_id in self._speaking:
+        if context_id in self._contexts.speaking:
             raise TTSError(
                 ErrorCode.INVALID_ID,
                 f"Context {context_id!r} has ended (its last request had continue false); use a new context_id.",
@@ -131,42 +111,36 @@ class CartesiaDialect:
         )
         session.enqueue(utterance)
         context = _Context(WrittenUtterance(session, utterance, voice.spec, speed, literal=False))
-        self._open[context_id] = context
-        self._speaking[context_id] = context
+        self._contexts.add(context_id, context)
         return context
 
     async def _cancel(self, context_id: str) -> None:
-        context = self._open.pop(context_id, None) or self._speaking.get(context_id)
+        context = self._contexts.named(context_id)
         if context is None:
             return  # finished already, or never opened
         context.cancelled = True
-        context.written.stop()
-        for dropped in self._session.cancel(context_id):  # it was still queued: it has no run to finish
-            self._speaking.pop(dropped, None)
+        self._contexts.stop(context)
 
     # --- the session's events -----------------------------------------------------------------------------------
 
     async def render(self, event: SessionEvent) -> None:
         match event:
             case Words(utterance=u, words=words):
-                if (context := self._speaking.get(u.id)) is not None:
+                if (context := self._contexts.speaking.get(u.id)) is not None:
                     start = tuple(round(w.start_ms / 1000, 3) for w in words)
                     end = tuple(round(w.end_ms / 1000, 3) for w in words)
-                    await self._send(Timestamps(u.id, tuple(context.as_written(w) for w in words), start, end))
+                    await self._send(Timestamps(u.id, tuple(context.sent.as_written(w) for w in words), start, end))
             case Audio(utterance=u, data=data):
                 await self._send(Chunk(u.id, data))
             case Refused(error=error, utterance_id=context_id):
                 await self._send(ErrorMessage.of(error, context_id))
             case Finished(utterance=u):
-                context = self._speaking.pop(u.id, None)
-                if context is not None and self._open.get(u.id) is context:  # it ended early (an error)
-                    del self._open[u.id]
-                    context.written.stop()
+                context = self._contexts.finished(u.id)
                 if context is not None and not context.cancelled:
                     await self._send(Done(u.id))
             case ShuttingDown():
                 error = TTSError(ErrorCode.SHUTTING_DOWN, "The server is shutting down; this text was not spoken.")
-                for context_id in self._speaking:
+                for context_id in self._contexts.speaking:
                     await self._send(ErrorMessage.of(error, context_id))
 
     async def _send(self, message: ServerMessage) -> None:

@@ -46,6 +46,7 @@ from kokoro_tts.audio.encoding import AudioFormat, audio_format, output_rate
 from kokoro_tts.engine.character_timing import CharacterTimes, TimedChar
 from kokoro_tts.engine.events import Audio, Refused, Words
 from kokoro_tts.engine.utterances import Pieces, Utterance
+from kokoro_tts.sessions.contexts import Contexts
 from kokoro_tts.sessions.core import Finished, Session, SessionEvent, ShuttingDown
 from kokoro_tts.sessions.writing import WrittenUtterance
 
@@ -104,8 +105,7 @@ class ElevenLabsDialect:
         self._session = session
         self._multi = multi
         self._options: _Options | None = None
-        self._open: dict[str | None, _Context] = {}  # contexts that take text
-        self._speaking: dict[str, _Context] = {}  # by utterance id: every context not yet finished
+        self._contexts: Contexts[str | None, _Context] = Contexts(session)  # None: stream-input's one context
         self._ids = itertools.count(1)
 
     @classmethod
@@ -148,17 +148,17 @@ class ElevenLabsDialect:
             case CloseContext(context_id=context_id):
                 await self._close(context_id)
             case CloseSocket():
-                for context in list(self._open.values()):
-                    await self._end(context)
+                for name in list(self._contexts.open):
+                    await self._contexts.end(name)
                 self._session.close_when_spoken()
 
     async def _text(self, message: SendText) -> None:
         context_id = message.context_id if self._multi else None
         text = message.text or ""
-        context = self._open.get(context_id)
+        context = self._contexts.open.get(context_id)
         if text == "" and not message.flush:
             if not self._multi and context is not None:  # stream-input's end of input
-                await self._end(context)
+                await self._contexts.end(context_id)
                 self._session.close_when_spoken()
             return  # multi-stream-input's keep-alive: nothing times out here
         if context is None:
@@ -193,51 +193,40 @@ class ElevenLabsDialect:
         )
         session.enqueue(utterance)
         context = _Context(context_id, WrittenUtterance(session, utterance, options.voice, speed, literal=False))
-        self._open[context_id] = context
-        self._speaking[utterance.id] = context
+        self._contexts.add(context_id, context)
         return context
 
     async def _close(self, context_id: str) -> None:
-        context = self._open.pop(context_id, None)
+        context = self._contexts.open.get(context_id)
         if context is not None and context.flushed:
-            await self._end(context)  # the turn's end: what was flushed is spoken, then the final message
+            await self._contexts.end(context_id)  # the turn's end: what was flushed is spoken, then the final message
             return
-        stopped = context or next((c for c in self._speaking.values() if c.id == context_id), None)
+        stopped = self._contexts.named(context_id)
         if stopped is None:
             return  # closed and finished already, or never opened
-        stopped.written.stop()
-        utterance = stopped.written.utterance
-        for _ in self._session.cancel(utterance.id):  # it was still queued: it has no run to finish
-            self._speaking.pop(utterance.id, None)
+        if self._contexts.stop(stopped):  # it was still queued: no run will finish it, so its final message is now
             await self._send(FinalOutput(stopped.id))
-
-    async def _end(self, context: _Context) -> None:
-        self._open.pop(context.id, None)
-        await context.written.end()
 
     # --- the session's events -----------------------------------------------------------------------------------
 
     async def render(self, event: SessionEvent) -> None:
         match event:
             case Words(utterance=u, words=words):
-                if (context := self._speaking.get(u.id)) is not None:
+                if (context := self._contexts.speaking.get(u.id)) is not None:
                     context.aligner.words(words)
             case Audio(utterance=u, data=data, seconds=seconds):
-                if (context := self._speaking.get(u.id)) is not None:
+                if (context := self._contexts.speaking.get(u.id)) is not None:
                     await self._send(AudioOutput(data, context.id, context.aligner.audio(seconds)))
             case Refused(error=error, utterance_id=utterance_id):
-                context = self._speaking.get(utterance_id) if utterance_id is not None else None
+                context = self._contexts.speaking.get(utterance_id) if utterance_id is not None else None
                 await self._send(ErrorOutput.of(error, context.id if context is not None else None))
             case Finished(utterance=u):
-                if (context := self._speaking.pop(u.id, None)) is not None:
-                    if self._open.get(context.id) is context:  # it ended early (an error): not open now
-                        del self._open[context.id]
-                        context.written.stop()
+                if (context := self._contexts.finished(u.id)) is not None:
                     await self._send(FinalOutput(context.id))
             case ShuttingDown():
-                if self._speaking:
+                if self._contexts.speaking:
                     error = TTSError(ErrorCode.SHUTTING_DOWN, "The server is shutting down; this text was not spoken.")
-                    for context in self._speaking.values():
+                    for context in self._contexts.speaking.values():
                         await self._send(ErrorOutput.of(error, context.id))
 
     async def _send(self, message: ServerMessage) -> None:
