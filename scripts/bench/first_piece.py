@@ -144,6 +144,20 @@ def _summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def _paired(policy: list[dict[str, Any]], sentences: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """DistillMOS of the policy minus sentence by sentence, trial by trial: mean, spread, standard error."""
+    differences = [p["mos"] - s["mos"] for p, s in zip(policy, sentences, strict=True) if p["mos"] and s["mos"]]
+    if len(differences) < 2:
+        return None
+    spread = statistics.stdev(differences)
+    return {
+        "mean": round(statistics.mean(differences), 3),
+        "stdev": round(spread, 3),
+        "standard_error": round(spread / len(differences) ** 0.5, 3),
+        "trials": len(differences),
+    }
+
+
 def cuts_alone(listener: WhisperListener, mos: Any) -> dict[str, Any]:
     """Each of ``CUT_REPLIES`` as the policy cuts it at ``CUT_RATE`` and as sentences, synthesized piece by piece
     whole: Whisper's edits and DistillMOS of both."""
@@ -180,14 +194,16 @@ def cuts_alone(listener: WhisperListener, mos: Any) -> dict[str, Any]:
     return {"tokens_per_s": CUT_RATE, "summary": summary, "replies": rows}
 
 
-async def run(trials: int, replies: dict[str, str]) -> dict[str, Any]:
+async def run(
+    trials: int, replies: dict[str, str], rates: tuple[float, ...] = RATES, cuts: bool = True
+) -> dict[str, Any]:
     listener, mos = WhisperListener.shared(), _mos_scorer()
     rng = random.Random(36)
     results: dict[str, dict[str, dict[str, list[dict[str, Any]]]]] = {}
     with local_server(env=SERVERS["policy"]) as policy, local_server(env=SERVERS["sentences"]) as sentences:
         urls = {"policy": policy, "sentences": sentences}
         for name, reply in replies.items():
-            for rate in RATES:
+            for rate in rates:
                 cell = results.setdefault(name, {}).setdefault(f"{rate:g}", {"policy": [], "sentences": []})
                 for _ in range(trials):
                     seed = rng.random()
@@ -205,6 +221,12 @@ async def run(trials: int, replies: dict[str, str]) -> dict[str, Any]:
         name: {rate: {server: _summary(runs) for server, runs in cell.items()} for rate, cell in by_rate.items()}
         for name, by_rate in results.items()
     }
+    # Each trial streams the same reply with the same jitter to both servers: the per-trial difference is the
+    # policy's effect with the windowed decoding's run-to-run noise in it, and its spread says how much that is.
+    paired = {
+        name: {rate: _paired(cell["policy"], cell["sentences"]) for rate, cell in by_rate.items()}
+        for name, by_rate in results.items()
+    }
     return {
         "when": datetime.now(UTC).isoformat(timespec="seconds"),
         "machine": machine(),
@@ -212,8 +234,9 @@ async def run(trials: int, replies: dict[str, str]) -> dict[str, Any]:
         "jitter": JITTER,
         "servers": SERVERS,
         "results": table,
+        "paired_mos_difference": paired,
         "runs": results,
-        "cuts": cuts_alone(listener, mos),
+        "cuts": cuts_alone(listener, mos) if cuts else None,
     }
 
 
@@ -243,9 +266,18 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=2)
     parser.add_argument("--quick", action="store_true", help=f"one trial of {' and '.join(QUICK)} only")
     parser.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "first_piece.json")
+    parser.add_argument(
+        "--only", metavar="REPLY@RATE", help=f"one cell, more trials, no cut study (e.g. '{QUICK[0]}@6'); --out apart"
+    )
     args = parser.parse_args()
-    replies = {name: REPLIES[name] for name in QUICK} if args.quick else REPLIES
-    report = asyncio.run(run(1 if args.quick else args.trials, replies))
+    if args.only:
+        name, _, rate = args.only.rpartition("@")
+        if name not in REPLIES or not rate.replace(".", "", 1).isdigit():
+            parser.error(f"--only takes REPLY@RATE, REPLY one of: {', '.join(REPLIES)}")
+        report = asyncio.run(run(args.trials, {name: REPLIES[name]}, (float(rate),), cuts=False))
+    else:
+        replies = {name: REPLIES[name] for name in QUICK} if args.quick else REPLIES
+        report = asyncio.run(run(1 if args.quick else args.trials, replies))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2) + "\n")
     print(markdown(report))
