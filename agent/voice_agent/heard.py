@@ -21,8 +21,9 @@ class Cut:
 @dataclass
 class ReplyWords:
     text: str = ""  # the reply as the LLM wrote it (its text deltas joined)
-    starts: list[tuple[float, int]] = field(default_factory=list)  # per word: (start_ms, char_end), in order
-    timed: bool = False  # the TTS reported words (bidi); batch replies have no word times
+    # Per word: (start_ms, char_end), in order. Bidi replies have them (each word comes before the audio it starts
+    # in); batch replies have none.
+    starts: list[tuple[float, int]] = field(default_factory=list)
     audible: bool = False  # some audio went to the caller
 
     def see(self, event: Event) -> None:
@@ -30,7 +31,6 @@ class ReplyWords:
         if kind == "text_delta":
             self.text += event["text"]
         elif kind == "words":
-            self.timed = True
             self.starts.extend((float(word["start_ms"]), int(word["char_end"])) for word in event["words"])
         elif kind == "audio_chunk":
             self.audible = True
@@ -39,7 +39,7 @@ class ReplyWords:
         """The words whose audio started before ``played_ms``; with no report (None), the words sent, which is the
         whole text when the reply was ``complete``. Without word times (batch) every word of an audible reply
         counts: there is nothing finer to cut by."""
-        if (complete and played_ms is None) or (not self.timed and self.audible):
+        if (complete and played_ms is None) or (not self.starts and self.audible):
             end = len(self.text)
         else:
             ends = [char_end for start_ms, char_end in self.starts if played_ms is None or start_ms < played_ms]
@@ -47,12 +47,12 @@ class ReplyWords:
         return Cut(self.text[:end].strip(), self.text[end:].strip())
 
     def as_state(self) -> dict[str, Any]:
-        return {"text": self.text, "starts": self.starts, "timed": self.timed, "audible": self.audible}
+        return {"text": self.text, "starts": self.starts, "audible": self.audible}
 
     @classmethod
     def from_state(cls, state: dict[str, Any]) -> ReplyWords:
         starts = [(float(start), int(end)) for start, end in state.get("starts", [])]
-        return cls(str(state.get("text", "")), starts, bool(state.get("timed")), bool(state.get("audible")))
+        return cls(str(state.get("text", "")), starts, bool(state.get("audible")))
 
 
 def _through_punctuation(text: str, end: int) -> int:

@@ -69,7 +69,7 @@ def parse_request(payload: object, settings: AgentSettings, runtime_session_id: 
     prompt = payload.get("prompt")
     if prompt is not None and not isinstance(prompt, str):
         raise RequestError(ErrorCode.INVALID_REQUEST, "'prompt' must be a string")
-    if (not prompt or not prompt.strip()) and played_ms is not None and "prompt" not in payload:
+    if "prompt" not in payload and played_ms is not None:
         return VoiceRequest(None, session_id=session_id, played_ms=float(played_ms))
     if not prompt or not prompt.strip():
         raise RequestError(ErrorCode.EMPTY_PROMPT, "'prompt' is missing or blank")

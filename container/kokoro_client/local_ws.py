@@ -6,15 +6,13 @@ peeking at the bytes: raw PCM may begin with 0x7b ("{").
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator
-from typing import Any
 
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, ConnectionClosedOK, InvalidStatus
 
 from .errors import ErrorCode
-from .protocol import CLOSE_TRY_AGAIN_LATER, WS_PATH, encode
+from .protocol import CLOSE_TRY_AGAIN_LATER, WS_PATH, Append, Cancel, Close, Command, Flush, Synthesize, encode
 from .session import AudioEvent, SessionOptions, TransportCode, TTSEvent, TTSTransportError, classify_chunk
 
 BUSY = ErrorCode.SERVER_BUSY.value
@@ -36,32 +34,29 @@ class LocalWSSession:
     def __init__(self, ws: ClientConnection) -> None:
         self._ws = ws
 
-    async def _send(self, message: dict[str, Any]) -> None:
+    async def _send(self, message: Command) -> None:
         try:
-            await self._ws.send(json.dumps(message, ensure_ascii=False))
+            await self._ws.send(encode(message))
         except ConnectionClosed as exc:
             raise _closed(exc, "the TTS session closed") from exc
 
     async def configure(self, options: SessionOptions) -> None:
-        try:
-            await self._ws.send(encode(options.config()))
-        except ConnectionClosed as exc:
-            raise _closed(exc, "the TTS session closed") from exc
+        await self._send(options.config())
 
     async def send_text(self, text: str, utterance_id: str) -> None:
-        await self._send({"type": "synthesize", "text": text, "id": utterance_id})
+        await self._send(Synthesize(text, utterance_id))
 
     async def append_text(self, text: str, utterance_id: str) -> None:
-        await self._send({"type": "append", "text": text, "id": utterance_id})
+        await self._send(Append(text, utterance_id))
 
     async def flush(self, utterance_id: str) -> None:
-        await self._send({"type": "flush", "id": utterance_id})
+        await self._send(Flush(utterance_id))
 
     async def finish(self) -> None:
-        await self._send({"type": "close"})
+        await self._send(Close())
 
     async def cancel(self) -> None:
-        await self._send({"type": "cancel"})
+        await self._send(Cancel())
 
     async def events(self) -> AsyncIterator[TTSEvent]:
         try:

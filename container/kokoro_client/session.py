@@ -81,8 +81,12 @@ class SessionOptions:
 
     def config(self) -> Config:
         """The session's ``config`` message: the format, and whatever else differs from the server's defaults."""
-        chosen = {"voice": self.voice, "speed": self.speed, "literal": self.literal or None}
-        chosen["word_timestamps"] = self.word_timestamps or None
+        chosen = {
+            "voice": self.voice,
+            "speed": self.speed,
+            "literal": self.literal or None,
+            "word_timestamps": self.word_timestamps or None,
+        }
         return Config(format=self.format, **{name: value for name, value in chosen.items() if value is not None})
 
 

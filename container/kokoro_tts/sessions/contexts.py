@@ -30,12 +30,10 @@ class Contexts[K: Hashable, C: Context]:
         self._names[utterance_id] = name
 
     def named(self, name: K) -> C | None:
-        """The context open under ``name``, else the last one of that name still speaking."""
-        found = self.open.get(name)
-        for utterance_id, context in self.speaking.items():
-            if found is None and self._names[utterance_id] == name:
-                found = context
-        return found
+        """The context open under ``name``, else the earliest one of that name still speaking."""
+        if (context := self.open.get(name)) is not None:
+            return context
+        return next((c for u, c in self.speaking.items() if self._names[u] == name), None)
 
     async def end(self, name: K) -> C | None:
         """Ends the text of the context open under ``name``: what is buffered is spoken, then it finishes."""
