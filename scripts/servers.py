@@ -48,9 +48,11 @@ def wait_ready(
     timeout_s: float = 180.0,
     poll_s: float = 0.2,
     statuses: list[int] | None = None,
+    ready: int = 200,
 ) -> None:
-    """Returns once ``GET {base_url}/ping`` answers 200; ``ServerExited`` if ``process`` ends first,
-    ``ServerNotReady`` after ``timeout_s``. Each status /ping answered is appended to ``statuses``."""
+    """Returns once ``GET {base_url}/ping`` answers ``ready`` (503: the server listens but its model is still
+    loading); ``ServerExited`` if ``process`` ends first, ``ServerNotReady`` after ``timeout_s``. Each status /ping
+    answered is appended to ``statuses``."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if process is not None and process.poll() is not None:
@@ -59,12 +61,12 @@ def wait_ready(
             status = httpx.get(f"{base_url}{PING_PATH}", timeout=2, trust_env=False).status_code
             if statuses is not None:
                 statuses.append(status)
-            if status == 200:
+            if status == ready:
                 return
         except httpx.TransportError:
             pass
         time.sleep(poll_s)
-    raise ServerNotReady(f"{base_url}{PING_PATH} did not answer 200 within {timeout_s:g} s")
+    raise ServerNotReady(f"{base_url}{PING_PATH} did not answer {ready} within {timeout_s:g} s")
 
 
 def stop(process: subprocess.Popen[bytes] | subprocess.Popen[str], timeout_s: float = 15.0) -> bool:

@@ -1,7 +1,7 @@
 """The throughput that sizes the stream slots (engine/capacity.py) cannot be talked down: it is the fastest of
 several rounds (a busy neighbour only slows some), and a request answered not_ready while the server warms up is
-held a moment (routes/errors.py), so a flood of them cannot pull it more than 20 % under a quiet measurement; and it
-is taken again while the engine is idle, with /metrics saying when and how it moved. Real model; the flood hits a real
+held a moment (routes/errors.py), so a flood of them costs the server too little to pull it down; and it is taken
+again while the engine is idle, with /metrics saying when and how it moved. Real model; the flood hits a real
 Hypercorn serving an app that is still loading."""
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import threading
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -19,14 +20,10 @@ from support.inproc_server import RunningServer
 from support.loading_server import loading_server
 
 CONNECTIONS = 16
+FLOOD_WINDOW_S = 4.0
 NOT_READY = (
     b'POST /invocations HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 12\r\n\r\n{"text":"a"}'
 )
-
-
-def throughput(measured: tuple[float, float]) -> float:
-    audio_s, wall_s = measured
-    return audio_s / wall_s
 
 
 @pytest.fixture
@@ -51,31 +48,31 @@ def flood(port: int, until: threading.Event, answered: list[int]) -> None:
                 answered.append(answers)
 
 
-async def test_a_flood_of_not_ready_requests_lowers_the_measurement_less_than_a_fifth(
+async def test_a_flood_of_not_ready_requests_costs_the_server_a_small_part_of_one_core(
     server: RunningServer, loading: int
 ) -> None:
-    """The flood is answered all through the measurement (each answer held, so it costs the server little); the
-    measurement is no more than 20 % under a quiet one taken just before. Only lower is a harm (fewer slots than the
-    machine can carry), and only lower is asserted: a quiet round a neighbour slowed reads low, so the flooded one
-    can read higher (4.5 then 5.8 s/s in one CI run)."""
-    engine = server.engine
-    await wait_idle(engine, 60)
-    quiet = throughput(await asyncio.to_thread(engine.measure_throughput))
-    until, answered = threading.Event(), list[int]()
-    floods = [threading.Thread(target=flood, args=(loading, until, answered)) for _ in range(CONNECTIONS)]
+    """The flood is answered all through (each answer held, never dropped), and the whole process (the loading
+    server and the flood's own clients) spends under a tenth of one core on it: it cannot take a fifth off a
+    measurement that keeps both cores busy. Unheld, the same flood spins the loading server's event loop (a whole
+    core, and 38 % off the measurement on 2 cores). Asserted on CPU time rather than on two measurements side by
+    side, which differ by up to a quarter on these 2 cores with no flood at all."""
+    await wait_idle(server.engine, 60)
+    until, answered = threading.Event(), [list[int]() for _ in range(CONNECTIONS)]
+    floods = [threading.Thread(target=flood, args=(loading, until, each)) for each in answered]
     for thread in floods:
         thread.start()
     try:
-        await eventually(lambda: sum(answered) >= CONNECTIONS, "the flood is answered not_ready", 30)
-        before = sum(answered)
-        flooded = throughput(await asyncio.to_thread(engine.measure_throughput))
-        during = sum(answered) - before
+        await eventually(lambda: all(answered), "every connection is answered not_ready", 30)
+        before, cpu, wall = [sum(each) for each in answered], time.process_time(), time.perf_counter()
+        await asyncio.sleep(FLOOD_WINDOW_S)
+        cores = (time.process_time() - cpu) / (time.perf_counter() - wall)
+        during = [sum(each) - already for each, already in zip(answered, before, strict=True)]
     finally:
         until.set()
         for thread in floods:
             thread.join(timeout=30)
-    assert during >= CONNECTIONS  # it went on all through the measurement
-    assert flooded >= 0.8 * quiet, (quiet, flooded)
+    assert min(during) >= FLOOD_WINDOW_S - 2, during  # about once a second (each held), on every connection
+    assert cores < 0.1, cores
 
 
 @pytest.fixture

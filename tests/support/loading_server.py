@@ -14,12 +14,12 @@ from kokoro_tts.server.app import create_app
 from kokoro_tts.server.serve import hypercorn_config
 from kokoro_tts.settings import Settings
 
-from scripts.servers import free_port
+from scripts.servers import free_port, wait_ready
 
 
 @contextmanager
 def loading_server(settings: Settings | None = None) -> Iterator[int]:
-    """The port of a server made with ``settings`` whose model never loads."""
+    """The port of a server made with ``settings`` whose model never loads, once it listens."""
     loaded = threading.Event()
 
     def never(settings: Settings) -> TTSEngine:
@@ -40,6 +40,7 @@ def loading_server(settings: Settings | None = None) -> Iterator[int]:
     thread = threading.Thread(target=asyncio.run, args=(run(),), daemon=True)
     thread.start()
     try:
+        wait_ready(f"http://127.0.0.1:{port}", timeout_s=30, ready=503)
         yield port
     finally:
         loaded.set()
