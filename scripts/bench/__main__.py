@@ -63,13 +63,27 @@ class Plan:
     # --quick must stay under 2 minutes: on a machine slow (or busy) enough to have used this much by the time
     # peer's turn comes, peer is skipped, and its headline says so.
     peer_after_s: float | None = None
+    roofline_runs: int = 3  # profiled runs of the reply, after one untimed; and measurements of the throughput
+    roofline_sentences: int | None = None  # of the reply (None: all)
     # The load section's old policy beside the new: a server without stream slots (its own process and warm-up).
     no_slots_server: bool = True
 
     @classmethod
     def of(cls, quick: bool) -> Plan:
         if quick:
-            return cls(2, [1, 2], 4, 1, 1, 2, 0, peer_after_s=80.0, no_slots_server=False)
+            return cls(
+                2,
+                [1, 2],
+                4,
+                1,
+                1,
+                2,
+                0,
+                peer_after_s=80.0,
+                no_slots_server=False,
+                roofline_runs=1,
+                roofline_sentences=2,
+            )
         return cls(5, LEVELS, 24, 3, 3, None, 2)
 
 
@@ -99,6 +113,7 @@ async def run_local(plan: Plan, url: str | None, started: float) -> tuple[dict[s
     from .inproc import InProcess
     from .isolated import run_isolated
     from .peer import run_peer
+    from .roofline import run_roofline
     from .transport import run_transport
 
     with ThreadPoolExecutor(1) as pool, ExitStack() as servers:
@@ -145,6 +160,9 @@ async def run_local(plan: Plan, url: str | None, started: float) -> tuple[dict[s
                         inproc, plan.peer_trials, n_sentences=plan.peer_sentences, ttfa_trials=plan.peer_ttfa_trials
                     ),
                 )
+            sections["roofline"] = await timed(
+                "roofline", run_roofline(inproc.engine, plan.roofline_runs, plan.roofline_sentences)
+            )
         finally:
             await inproc.engine.stop()
     return machine_info(inproc.backend), sections
@@ -175,6 +193,7 @@ async def run_deployed(plan: Plan) -> tuple[dict[str, Any], dict[str, Section]]:
         "transport": Section.skipped(local_only),
         "load": Section.skipped(f"{local_only}: not run against a paid endpoint"),
         "peer": Section.skipped(local_only),
+        "roofline": Section.skipped(local_only),
     }
     backend = f"SageMaker endpoint {deployment.endpoint_name} ({deployment.region}); client on this machine"
     return machine_info(backend), sections

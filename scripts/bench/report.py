@@ -12,7 +12,7 @@ from typing import Any
 from .client import table
 
 Row = dict[str, Any]
-SECTIONS = ("isolated_tts", "end_to_end", "transport", "load", "peer")
+SECTIONS = ("isolated_tts", "end_to_end", "transport", "load", "peer", "roofline")
 # What each section measures, in plain words: printed above its headline (bench/README.md has the details).
 ABOUT = {
     "isolated_tts": "the TTS server alone: how long until the first audio of a 267-character reply, asked four ways",
@@ -23,6 +23,8 @@ ABOUT = {
     "load": "how many sessions this machine serves at once in real time: first audio, players running dry and "
     "callers refused, with the server's stream slots and without",
     "peer": "kokoro-onnx, another wrapper of the same model, on the same text, voice and machine",
+    "roofline": "the most audio this CPU could make with every multiply-accumulate at onnxruntime's best "
+    "matrix-product speed, and the share of it the engine makes",
 }
 
 

@@ -23,7 +23,7 @@ from scripts.bench.client import played_out_ms, underruns, ws_once
 from scripts.bench.load import REAL_TIME_TTFA_P95_MS, real_time_streams
 
 REPO = Path(__file__).resolve().parents[2]
-SECTIONS = ("isolated_tts", "end_to_end", "transport", "load", "peer")
+SECTIONS = ("isolated_tts", "end_to_end", "transport", "load", "peer", "roofline")
 
 
 @pytest.mark.slow
@@ -57,6 +57,7 @@ def test_quick_bench_writes_every_section(tmp_path: Path, model_dir: Path) -> No
     assert set(end_to_end["modes"]) == {"bidi", "batch", "bidi, windowing off"}
     assert [row["mode"] for row in end_to_end["heard_to_end"]] == ["bidi", "bidi, windowing off"]
     assert all(row["underruns"] >= 0 for row in end_to_end["heard_to_end"])
+    check_roofline(results["roofline"])
     transport = results["transport"]
     assert transport["segments"] == 4
     # Every format the server speaks at the model's rate; G.711 (8 kHz telephony) is not an agent's choice here.
@@ -69,6 +70,26 @@ def test_quick_bench_writes_every_section(tmp_path: Path, model_dir: Path) -> No
     assert all(f"## {name}" in markdown for name in SECTIONS)
     for plot in ("isolated_tts.png", "load.png"):
         assert (tmp_path / plot).read_bytes().startswith(b"\x89PNG"), plot
+
+
+def check_roofline(roofline: dict[str, Any]) -> None:
+    """The model's work per second of audio is the model's (the generator about 24.6 G MACs, nearly all 8-bit), the
+    ceiling follows from it and the peaks, and the fraction is the engine's share of it."""
+    assert roofline["measured"] and roofline["audio_s"] > 2
+    stages = {row["stage"]: row for row in roofline["stages"]}
+    assert list(stages) == ["front", "features", "generator"]
+    generator = stages["generator"]
+    assert 22 < generator["int8_gmacs_per_audio_s"] + generator["float_gmacs_per_audio_s"] < 27, generator
+    assert generator["int8_share_pct"] > 95 and stages["features"]["int8_share_pct"] > 95
+    per_audio_s = sum(
+        row["int8_gmacs_per_audio_s"] / roofline["int8_peak_gmacs_per_s"]
+        + row["float_gmacs_per_audio_s"] / roofline["float_peak_gmacs_per_s"]
+        for row in stages.values()
+    )
+    assert abs(roofline["ceiling_audio_s_per_s"] * per_audio_s - 1) < 0.02, roofline
+    assert 0 < roofline["fraction"] < 1
+    assert abs(roofline["fraction"] * roofline["ceiling_audio_s_per_s"] / roofline["engine_audio_s_per_s"] - 1) < 0.02
+    assert f"{100 * roofline['fraction']:.0f} % of this CPU's roofline" in roofline["headline"]
 
 
 def check_load(load: dict[str, Any]) -> None:
