@@ -17,13 +17,11 @@ from support.deploy_harness import clean_env, make_checkout, tool_calls, tool_di
 from support.macos_shell import bash32_problems
 
 REPO = Path(__file__).resolve().parents[2]
-# What `make deploy` and `make destroy` run, and what they call (a fresh `make deploy` runs find_python.sh).
-DEPLOY_PATH = (
-    "scripts/deploy/deploy.sh",
-    "scripts/deploy/destroy.sh",
-    "scripts/deploy/lib.sh",
-    "scripts/find_tf_plugin_dir.sh",
-    "scripts/find_python.sh",
+# What `make deploy` and `make destroy` run (every shell script of scripts/deploy/), and what they call (a fresh
+# `make deploy` runs find_python.sh).
+DEPLOY_PATH = sorted(
+    [str(path.relative_to(REPO)) for path in (REPO / "scripts" / "deploy").glob("*.sh")]
+    + ["scripts/find_tf_plugin_dir.sh", "scripts/find_python.sh"]
 )
 
 

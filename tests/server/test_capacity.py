@@ -33,6 +33,10 @@ class Heard:
     ended: dict[str, object] | None = None
 
     @property
+    def completed(self) -> bool:
+        return self.ended is not None and self.ended["type"] == "synthesis_complete"
+
+    @property
     def first_audio_s(self) -> float:
         return self.arrivals[0][0] / 1000
 
@@ -88,14 +92,13 @@ async def test_a_newcomer_starts_when_the_playing_stream_has_played_out_and_neit
     async with holding_the_slot(server, one_stream) as playing, connect(server.ws_url) as ws:
         newcomer = await speak(ws, "newcomer")
         first = await playing
-    assert first.ended and first.ended["type"] == "synthesis_complete"
-    assert newcomer.ended and newcomer.ended["type"] == "synthesis_complete", newcomer.ended
+    assert first.completed and newcomer.completed, (first.ended, newcomer.ended)
     # The newcomer's first audio came once the first session's audio had played out (both clocks are this
     # process's; the newcomer's text left a little after the first's).
     assert newcomer.sent + newcomer.first_audio_s >= first.sent + first.played_out_s - 0.05
     assert not ran_dry(first.silence_ms) and not ran_dry(newcomer.silence_ms), (first.silence_ms, newcomer.silence_ms)
-    await all_given_back(one_stream)
     assert one_stream.refused == 0
+    await all_given_back(one_stream)
 
 
 async def test_past_the_bounded_wait_the_utterance_is_refused_and_the_session_goes_on(
@@ -107,10 +110,10 @@ async def test_past_the_bounded_wait_the_utterance_is_refused_and_the_session_go
         assert isinstance(refused.ended["retry_after"], int) and refused.ended["retry_after"] >= 1
         assert not refused.arrivals
         first = await playing
-        assert first.ended and first.ended["type"] == "synthesis_complete" and not ran_dry(first.silence_ms)
+        assert first.completed and not ran_dry(first.silence_ms), first
         await all_given_back(one_stream)
         again = await speak(ws, "again")  # the slot is free now: the same session is served
-    assert again.ended and again.ended["type"] == "synthesis_complete"
+    assert again.completed, again.ended
     assert one_stream.refused == 1
 
 
