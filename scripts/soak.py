@@ -230,7 +230,9 @@ class Soak:
         self.report = Report()
         self._prober = Prober(base_url, pid)
 
-    async def run(self, churn: int, vanishing: int, staying: int, stuck: int = 8, hostile: int = 120) -> Report:
+    async def run(
+        self, churn: int, vanishing: int, staying: int, stuck: int = 8, hostile: int = 120, hard_token: bool = True
+    ) -> Report:
         # The baseline is taken after one round of each kind of work: the G2P caches and the allocator have grown
         # to their working size by then, and growth past it would be a leak. The hostile text is that round's
         # largest (eight texts at the cap at once): measured, it took RSS 60-130 MB past the rest's, which the
@@ -254,7 +256,8 @@ class Soak:
             await self._phase("staying", self._staying(staying))
             if stuck:
                 await self._phase("stuck", self._stuck(stuck))
-            await self._phase("hard_token", self._hard_token())
+            if hard_token:
+                await self._phase("hard_token", self._hard_token())
             if hostile:
                 await self._phase("hostile", self._hostile(hostile))
                 self.report.hostile_failures[:0] = warm_up_failures
@@ -596,7 +599,15 @@ def _end_name(frame: SynthesisComplete | Cancelled | Error) -> str:
     return "synthesis_complete" if isinstance(frame, SynthesisComplete) else "cancelled"
 
 
-def soak(churn: int, vanishing: int, staying: int, model_dir: Path, stuck: int = 8, hostile: int = 120) -> Report:
+def soak(
+    churn: int,
+    vanishing: int,
+    staying: int,
+    model_dir: Path,
+    stuck: int = 8,
+    hostile: int = 120,
+    hard_token: bool = True,
+) -> Report:
     port = free_port()
     # No stream slots: the soak counts what the server does with every session at once (leaks, stuck sockets,
     # /ping), not how many this machine plays without a gap (the bench's load section measures that).
@@ -605,7 +616,7 @@ def soak(churn: int, vanishing: int, staying: int, model_dir: Path, stuck: int =
     base_url = f"http://127.0.0.1:{port}"
     with started(serve_command(), env, stop_timeout_s=30) as process:
         wait_ready(base_url, process, timeout_s=600)  # a loaded machine may take minutes to load and warm up
-        return asyncio.run(Soak(base_url, process.pid).run(churn, vanishing, staying, stuck, hostile))
+        return asyncio.run(Soak(base_url, process.pid).run(churn, vanishing, staying, stuck, hostile, hard_token))
 
 
 async def _answer(url: str, messages: list[str], verdict: Callable[[str | bytes], str | None]) -> str:

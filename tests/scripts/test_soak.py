@@ -1,10 +1,11 @@
 """The short form of `make soak` (scripts/soak.py): the real `serve` process under churn, vanishing sessions and
 bombs returns to its baseline, keeps /ping's p99 under 100 ms, and loses no accepted utterance; clients that flood
-a session unread and reset leave no session slot taken; "Hello there." beside a "1-2-" * 75 request
-takes at most twice its time beside an ordinary one.
+a session unread and reset leave no session slot taken.
 
-The hostile-text phase is left to `make soak`: its two rounds took two of this test's four minutes, and every
-string it sends is already held to its bounds through every route by tests/server/test_hostile_text.py."""
+Two phases are left to `make soak`, each already held by a test of the suite on the same code: the hostile text (its
+two rounds took two of this test's four minutes; every string it sends is held to its bounds through every route by
+tests/server/test_hostile_text.py), and "Hello there." beside a "1-2-" * 75 request (23 s here;
+tests/server/test_text_bounds.py times the same victim beside that token and two others)."""
 
 from __future__ import annotations
 
@@ -19,12 +20,11 @@ from scripts import soak
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_short_soak_returns_to_baseline(model_dir: Path) -> None:
-    report = soak.soak(churn=1000, vanishing=6, staying=2, model_dir=model_dir, stuck=4, hostile=0)
+    report = soak.soak(churn=1000, vanishing=6, staying=2, model_dir=model_dir, stuck=4, hostile=0, hard_token=False)
     print(asdict(report))
     assert report.churn_cycles >= 1000 and report.vanished_sessions == 6
     assert len(report.stuck_clients) == 4 and report.stuck_new_sessions
-    assert report.victim_alone_s > 0 and not report.hostile
-    assert report.hard_token_answer.startswith("200"), report.hard_token_answer
+    assert not report.hostile and not report.hard_token_answer
     assert soak.check(report) == []
 
 
