@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import itertools
 import json
 import os
 import statistics
@@ -62,9 +63,11 @@ INTEGER_OPS = frozenset(
         "QLinearConv",
     }
 )
-# Operators whose work is matrix products, by how their MACs follow from the shapes (``_macs``).
-MATMUL = frozenset({"MatMul", "MatMulInteger", "FusedMatMul", "MatMulIntegerToFloat", "DynamicQuantizeMatMul"})
-GEMM = frozenset({"Gemm", "FusedGemm"})
+# Operators whose work is matrix products, by how their MACs follow from the shapes (``_macs``). A Gemm counts as a
+# MatMul: output × depth (the graphs have none with a transposed first input).
+MATMUL = frozenset(
+    {"MatMul", "MatMulInteger", "FusedMatMul", "MatMulIntegerToFloat", "DynamicQuantizeMatMul", "Gemm", "FusedGemm"}
+)
 CONV = frozenset({"Conv", "ConvInteger", "FusedConv", "QLinearConv"})
 CONV_TRANSPOSE = frozenset({"ConvTranspose"})
 LSTM = frozenset({"LSTM", "DynamicQuantizeLSTM"})
@@ -164,7 +167,7 @@ class Roofline:
 def profiled_sessions(folder: Path) -> Iterator[None]:
     """Every onnxruntime session made inside profiles its runs and saves its optimized graph into ``folder`` (the
     server's own session options otherwise: engine/backends/ort_sessions.py)."""
-    made = iter(range(1_000_000))
+    made = itertools.count()
 
     class Profiled(ort.SessionOptions):
         def __init__(self) -> None:
@@ -185,7 +188,7 @@ def _shapes(event: dict[str, Any], key: str) -> list[tuple[str, list[int]]]:
 def _macs(op: str, inputs: list[list[int]], output: list[int]) -> float:
     """Multiply-accumulates of one run of a node, from its inputs' shapes (in order, weights included) and its
     output's."""
-    if op in MATMUL or op in GEMM:
+    if op in MATMUL:
         return float(np.prod(output)) * inputs[0][-1]
     if op in CONV:
         weight = inputs[3] if op == "QLinearConv" else inputs[1]
@@ -266,7 +269,6 @@ def profile_stages(engine: TTSEngine, runs: int, sentences: int | None = None) -
         graphs = layout.stage_graphs(int8=exact_int8_dot_products())
         with profiled_sessions(folder):
             stages = OnnxStages(*graphs, threads=0, priors=layout.root / NORM_PRIORS)
-        frames = 0
         for _ in range(1 + runs):  # the first run is the sessions' slow one: left out of the times
             frames = 0
             for tokens, style in inputs:
