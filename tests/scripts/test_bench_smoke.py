@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -89,7 +90,9 @@ def check_roofline(roofline: dict[str, Any]) -> None:
     assert abs(roofline["ceiling_audio_s_per_s"] * per_audio_s - 1) < 0.02, roofline
     assert 0 < roofline["fraction"] < 1
     assert abs(roofline["fraction"] * roofline["ceiling_audio_s_per_s"] / roofline["engine_audio_s_per_s"] - 1) < 0.02
-    assert f"{100 * roofline['fraction']:.0f} % of this CPU's roofline" in roofline["headline"]
+    # The headline rounds the exact fraction and the JSON keeps three decimals of it: they may part by one.
+    quoted = re.search(r"(\d+) % of this CPU's roofline", roofline["headline"])
+    assert quoted and abs(int(quoted[1]) - 100 * roofline["fraction"]) <= 0.6, roofline["headline"]
 
 
 def check_load(load: dict[str, Any]) -> None:
