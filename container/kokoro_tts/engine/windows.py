@@ -115,6 +115,10 @@ class WindowPlan:
     # A paced window must be done within this share of the audio queued ahead of it: on a shared machine a window
     # now and then takes up to twice its usual time, and 0.85 left gaps where 0.7 left none (docs/engine.md).
     margin: float = 0.7
+    # A first window planned into audio already queued (a later piece of a reply, behind the earlier pieces' audio)
+    # also leaves this much of it unspent: the audio must still reach the listener through an agent and a network,
+    # and ``margin``'s share of a short queue is less than that (docs/engine.md).
+    slack_s: float = 0.3
     least: int = 4  # a paced window smaller than this could not keep up: the context would cost more than its audio
     frames_per_window: int = 50  # a chunk has at most one window per 1.25 s, three at least: the module docstring
     fewest: int = 3
@@ -202,13 +206,16 @@ class WindowPlan:
         share: float = 1.0,
         inputs: DecoderSpeed | None = None,
     ) -> int:
-        """The first window: the largest that fits the audio queued ahead when paced windows keep up after it; else
-        the smallest from ``first`` up after which they do (``paced_cost``); ``first`` when none up to half the
-        chunk or ``longest`` keeps up, or while the speed is unknown."""
+        """The first window: the largest that fits the audio queued ahead (its decoding done within ``margin`` of it
+        and ``slack_s`` before its end) when paced windows keep up after it; else the smallest from ``first`` up
+        after which they do (``paced_cost``); ``first`` when none up to half the chunk or ``longest`` keeps up, or
+        while the speed is unknown."""
         if not speed.known:
             return self.first
         prefix_s = self.prefix_cost(self.first + self.context, frames, inputs)
-        fits = self.paced_size(queued_s - share * prefix_s / self.margin, speed, share)
+        # The queue whose ``margin`` is the time left to fit in: the shorter of the margin's and the slack's.
+        fitted_s = min(queued_s, (queued_s - self.slack_s) / self.margin)
+        fits = self.paced_size(fitted_s - share * prefix_s / self.margin, speed, share)
         if fits >= self.first and self.paced_cost(fits, frames, speed, queued_s, share, inputs) is not None:
             return fits
         # More than half the chunk is hardly windowed; more than ``longest`` keeps the first audio waiting longer
