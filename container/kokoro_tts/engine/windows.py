@@ -119,6 +119,9 @@ class WindowPlan:
     # also leaves this much of it unspent: the audio must still reach the listener through an agent and a network,
     # and ``margin``'s share of a short queue is less than that (docs/engine.md).
     slack_s: float = 0.3
+    # A paced window must also be done this long before the queue runs out, however short the queue: on a CPU without
+    # AMX the window after a short first one now and then arrived after the first had played (docs/engine.md).
+    seam_s: float = 0.04
     least: int = 4  # a paced window smaller than this could not keep up: the context would cost more than its audio
     frames_per_window: int = 50  # a chunk has at most one window per 1.25 s, three at least: the module docstring
     fewest: int = 3
@@ -152,9 +155,9 @@ class WindowPlan:
 
     def paced_size(self, queued_s: float, speed: DecoderSpeed, share: float = 1.0) -> int:
         """The largest window whose decoding, context included, ends within ``margin`` of the ``queued_s`` seconds
-        of audio not yet played (at most ``largest``); 0 when not even ``least`` frames would. ``share``: how many
-        streams' windows the decoder takes in turn (each of them waits for the others')."""
-        size = speed.frames_within(min(self.margin * queued_s / share, self.longest_s)) - self.context
+        of audio not yet played, less ``seam_s`` (at most ``largest``); 0 when not even ``least`` frames would.
+        ``share``: how many streams' windows the decoder takes in turn (each of them waits for the others')."""
+        size = speed.frames_within(min(self.margin * (queued_s - self.seam_s) / share, self.longest_s)) - self.context
         return 0 if size < self.least else min(self.largest, size)
 
     def longest(self, speed: DecoderSpeed) -> int:
