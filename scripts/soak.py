@@ -77,7 +77,7 @@ VICTIM = "Hello there."
 # 10x and more. Not over its time alone: beside any stream the victim shares the cores, 2-3x its time alone.
 VICTIM_RATIO_LIMIT = 2.0
 VICTIM_TRIALS = 3
-# A body left unfinished is answered 408 after the server's KOKORO_BODY_TIMEOUT_S (10 s unless set): well within.
+# A body left unfinished is answered 408 once the server's KOKORO_BODY_TIMEOUT_S has passed: well within this.
 BODY_ANSWER_WITHIN_S = 60.0
 PING_LIMIT_MS = 250.0  # SageMaker's health check: an instance whose /ping misses it is replaced
 HOSTILE_SEED = 28

@@ -419,7 +419,9 @@ def test_no_window_takes_longer_than_the_plans_longest() -> None:
     assert replace(PLAN, longest_s=99.0).paced_size(100.0, speed) == PLAN.largest
     assert PLAN.longest(DecoderSpeed()) == PLAN.largest  # the speed unknown: nothing to size it by
     decoder = FakeDecoder(0.0, 0.01)
-    windows = ChunkWindows(decoder, 900, PLAN, speed, clock=decoder.clock)
+    # The windows learn on a speed of their own (its fit moves in the 16th digit as they decode): the bound is the
+    # machine's, read from the speed as it is.
+    windows = ChunkWindows(decoder, 900, PLAN, speed_of(0.0, 0.01), clock=decoder.clock)
     sizes = []
     for queued_s in itertools.chain([0.0, 60.0, -5.0], itertools.repeat(60.0)):  # ahead, behind, far ahead
         if windows.done:
@@ -427,8 +429,7 @@ def test_no_window_takes_longer_than_the_plans_longest() -> None:
         before = windows.start
         windows.next_window(lambda: queued_s, every_core=True)  # noqa: B023 -- called at once
         sizes.append(windows.start - before)
-    # 1 s of decoding at 10 ms a frame, the context included (the speed learnt meanwhile moves in its 16th digit)
-    assert max(sizes) <= 100 - PLAN.context and sum(sizes) == 900, sizes
+    assert max(sizes) <= PLAN.longest(speed) and sum(sizes) == 900, sizes
 
 
 def test_a_long_chunk_under_load_does_not_wait_for_a_huge_first_window() -> None:
