@@ -51,7 +51,8 @@ def overwrites_full_run(out: Path) -> bool:
 
 @dataclass(frozen=True)
 class Plan:
-    """How much of everything to measure: the full run, or --quick (a CI smoke test, under 2 minutes)."""
+    """How much of everything to measure: the full run, or --quick (a CI smoke test of every section: about 2 minutes
+    on 2 idle cores)."""
 
     trials: int
     levels: list[int]
@@ -60,9 +61,6 @@ class Plan:
     peer_trials: int
     peer_sentences: int | None  # None: every sentence of the reply
     peer_ttfa_trials: int  # 0: not measured (kokoro-onnx's first audio is the whole text's synthesis: ~10 s each)
-    # --quick must stay under 2 minutes: on a machine slow (or busy) enough to have used this much by the time
-    # peer's turn comes, peer is skipped, and its headline says so.
-    peer_after_s: float | None = None
     roofline_runs: int = 3  # profiled runs of the reply, after one untimed; and measurements of the throughput
     roofline_sentences: int | None = None  # of the reply (None: all)
     # The load section's old policy beside the new: a server without stream slots (its own process and warm-up).
@@ -79,7 +77,6 @@ class Plan:
                 1,
                 2,
                 0,
-                peer_after_s=80.0,
                 no_slots_server=False,
                 roofline_runs=1,
                 roofline_sentences=2,
@@ -109,7 +106,7 @@ async def timed(name: str, work: Awaitable[Section]) -> Section:
     return section
 
 
-async def run_local(plan: Plan, url: str | None, started: float) -> tuple[dict[str, Any], dict[str, Section]]:
+async def run_local(plan: Plan, url: str | None) -> tuple[dict[str, Any], dict[str, Section]]:
     from .inproc import InProcess
     from .isolated import run_isolated
     from .peer import run_peer
@@ -148,18 +145,10 @@ async def run_local(plan: Plan, url: str | None, started: float) -> tuple[dict[s
                 "load": await timed("load", run_load(load_servers(base, no_slots, whole, before), plan.levels)),
             }
             # Last, with the server idle: the comparison runs in this process.
-            used = time.perf_counter() - started
-            if plan.peer_after_s is not None and used > plan.peer_after_s:
-                sections["peer"] = Section.skipped(
-                    f"--quick had used {used:.0f} s (peer runs only within {plan.peer_after_s:.0f} s)"
-                )
-            else:
-                sections["peer"] = await timed(
-                    "peer",
-                    run_peer(
-                        inproc, plan.peer_trials, n_sentences=plan.peer_sentences, ttfa_trials=plan.peer_ttfa_trials
-                    ),
-                )
+            sections["peer"] = await timed(
+                "peer",
+                run_peer(inproc, plan.peer_trials, n_sentences=plan.peer_sentences, ttfa_trials=plan.peer_ttfa_trials),
+            )
             sections["roofline"] = await timed(
                 "roofline", run_roofline(inproc.engine, plan.roofline_runs, plan.roofline_sentences)
             )
@@ -220,7 +209,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.target == "deployed":
         machine, sections = asyncio.run(run_deployed(plan))
     else:
-        machine, sections = asyncio.run(run_local(plan, args.url, started))
+        machine, sections = asyncio.run(run_local(plan, args.url))
     run = {
         "started": started_at,
         "elapsed_s": time.perf_counter() - started,
