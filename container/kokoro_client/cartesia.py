@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from .errors import ErrorCode, TTSError, quoted
-from .json_messages import json_object
+from .json_messages import json_object, json_text
 
 WEBSOCKET_PATH: Final = "/tts/websocket"
 BYTES_PATH: Final = "/tts/bytes"
@@ -118,13 +118,13 @@ def encode(message: ServerMessage) -> str:
             value = {"type": "error", "error_code": code, "title": code, "message": error, "done": True}
             value["status_code"] = 400
     value["context_id"] = message.context_id
-    return json.dumps(value, ensure_ascii=False)
+    return json_text(value)
 
 
 def encode_client(message: ClientMessage) -> str:
     """A client's message as Cartesia's clients send it (raw samples: the socket's only container)."""
     if isinstance(message, Cancel):
-        return json.dumps({"context_id": message.context_id, "cancel": True})
+        return json_text({"context_id": message.context_id, "cancel": True})
     encoding = next(name for name, fmt in ENCODINGS.items() if fmt == message.format)
     value: dict[str, Any] = {
         "transcript": message.transcript,
@@ -137,7 +137,7 @@ def encode_client(message: ClientMessage) -> str:
         value["context_id"] = message.context_id
     if message.speed is not None:
         value["generation_config"] = {"speed": message.speed}
-    return json.dumps(value, ensure_ascii=False)
+    return json_text(value)
 
 
 def parse_server_message(raw: str | bytes) -> ServerMessage:

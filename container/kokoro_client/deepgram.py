@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Final, Self
 
 from .errors import ErrorCode, TTSError, quoted
-from .json_messages import json_object
+from .json_messages import json_object, json_text
 
 SPEAK_PATH: Final = "/v1/speak"
 """Deepgram's path; on SageMaker's one path (``/invocations-bidirectional-stream``) the query selects it (below)."""
@@ -117,7 +117,7 @@ _TYPE_NAMES: dict[type, str] = {
 
 
 def encode(message: Command | ServerMessage) -> str:
-    return json.dumps({"type": _TYPE_NAMES[type(message)], **vars(message)}, ensure_ascii=False)
+    return json_text({"type": _TYPE_NAMES[type(message)], **vars(message)})
 
 
 def parse_server_message(raw: str | bytes) -> ServerMessage:

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from .errors import ErrorCode, TTSError, quoted
-from .json_messages import json_object
+from .json_messages import json_object, json_text
 
 STREAM_INPUT_PATH: Final = "/v1/text-to-speech/{voice_id}/stream-input"
 MULTI_STREAM_INPUT_PATH: Final = "/v1/text-to-speech/{voice_id}/multi-stream-input"
@@ -148,7 +148,7 @@ def encode(message: ServerMessage) -> str:
             value = {"message": text, "error": code}
     if message.context_id is not None:
         value["contextId"] = message.context_id
-    return json.dumps(value, ensure_ascii=False)
+    return json_text(value)
 
 
 def encode_client(message: ClientMessage) -> str:
@@ -166,7 +166,7 @@ def encode_client(message: ClientMessage) -> str:
             value = {"context_id": context_id, "close_context": True}
         case CloseSocket():
             value = {"close_socket": True}
-    return json.dumps(value, ensure_ascii=False)
+    return json_text(value)
 
 
 def parse_server_message(raw: str | bytes) -> ServerMessage:

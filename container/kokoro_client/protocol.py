@@ -17,6 +17,7 @@ from typing import Any, Final
 
 from .audio import DEFAULT_FORMAT, SAMPLE_RATE
 from .errors import ErrorCode, TTSError, quoted
+from .json_messages import json_text
 
 PROTOCOL_VERSION: Final = 1
 WS_PATH: Final = "/invocations-bidirectional-stream"
@@ -28,6 +29,9 @@ CLOSE_NORMAL: Final = 1000
 """After a ``close`` message, once everything queued is spoken."""
 CLOSE_GOING_AWAY: Final = 1001
 """The server is shutting down (reason ``shutting_down: …``)."""
+CLOSE_INTERNAL_ERROR: Final = 1011
+"""The session failed unexpectedly (reason ``internal_error: …``), after an ``internal_error`` frame where one could be
+sent; the failure is in the server's log."""
 CLOSE_TRY_AGAIN_LATER: Final = 1013
 """The model is loading, or the server is at its session cap (reason ``server_busy: …``): retry later."""
 
@@ -182,12 +186,7 @@ def encode(message: Message) -> str:
         if value is _UNSET or (value is None and not isinstance(message, Config)):
             continue
         fields[name] = value
-    text = json.dumps(fields, ensure_ascii=False, default=_as_dict)
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:  # a lone surrogate echoed from the client: send it as a JSON escape instead
-        text = json.dumps(fields, default=_as_dict)
-    return text
+    return json_text(fields, _as_dict)
 
 
 def _as_dict(value: object) -> dict[str, Any]:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
-import json
 import logging
 from collections.abc import AsyncIterator
 from typing import Any, Literal
@@ -43,6 +42,7 @@ from smithy_http.aio.crt import AWSCRTHTTPClient, AWSCRTHTTPClientConfig
 from smithy_http.aio.interfaces import HTTPRequest, HTTPResponse
 
 from .aws_credentials import Boto3CredentialsResolver
+from .json_messages import json_text
 from .protocol import encode
 from .session import (
     AudioEvent,
@@ -197,7 +197,7 @@ class SageMakerBidiSession:
         await self.send_json({"type": "cancel"})
 
     async def send_json(self, message: dict[str, Any]) -> None:
-        await self.send_raw(json.dumps(message, ensure_ascii=False).encode())
+        await self.send_raw(json_text(message).encode())
 
     async def send_raw(self, data: bytes, data_type: Literal["UTF8", "BINARY"] | None = "UTF8") -> None:
         """Send one payload part as is (the container receives it as one binary WebSocket frame)."""

@@ -46,7 +46,13 @@ def test_constants_are_the_doc_s() -> None:
     assert f"`speed`: {MIN_SPEED} to {MAX_SPEED}" in DOC
     for name in FORMAT_NAMES:
         assert f"| `{name}`" in DOC
-    for code in (protocol.CLOSE_NORMAL, protocol.CLOSE_GOING_AWAY, protocol.CLOSE_TRY_AGAIN_LATER):
+    closes = (
+        protocol.CLOSE_NORMAL,
+        protocol.CLOSE_GOING_AWAY,
+        protocol.CLOSE_INTERNAL_ERROR,
+        protocol.CLOSE_TRY_AGAIN_LATER,
+    )
+    for code in closes:
         assert str(code) in DOC
 
 

@@ -131,6 +131,15 @@ async def test_ping_holds_during_eight_concurrent_quadratic_looking_requests(
     await run(server, jobs, burst, concurrency=8)
 
 
+@pytest.mark.timeout(300)
+async def test_a_lone_surrogate_through_every_route(server: RunningServer, bounds: Bounds) -> None:
+    """JSON can escape a lone surrogate ("\\ud800") that UTF-8 cannot carry: each route's client sends it escaped
+    (the Deepgram, ElevenLabs and Cartesia encoders raised before), and each route answers, ElevenLabs' socket with
+    the surrogate among its alignment's characters, escaped again (test_word_timestamps.py: the HTTP routes)."""
+    case = Case("lone surrogate in a word", "Hel\ud800lo there.")
+    await run(server, [(route, case) for route in ROUTE_NAMES], bounds)
+
+
 def test_the_strings_repeat_from_their_seed_and_cover_every_class() -> None:
     assert random_cases(SEED, 18) == random_cases(SEED, 18) != random_cases(SEED + 1, 18)
     text = "".join(case.text for case in fixed_cases() + random_cases(SEED, 18, max_chars=300))

@@ -285,3 +285,43 @@ async def test_long_numbers_get_a_timestamp(server: RunningServer, number: str) 
     assert spoken[:2] == ["We", "owe"] and "dollars" in spoken and number in spoken, spoken
     for w in words:
         assert sent[w.char_start : w.char_end] == w.word
+
+
+# --- text JSON escaped and UTF-8 cannot carry, echoed back ----------------------------------------------------------
+
+SURROGATE_WORD = "Hel\ud800lo"
+ECHOING_ROUTES = {  # each HTTP route that sends the client's words or characters back: path, body, how to read it
+    "captioned": ("/dev/captioned_speech", {"stream": False}),
+    "captioned, streamed": ("/dev/captioned_speech", {"stream": True}),
+    "openai sse": ("/v1/audio/speech", {"stream_format": "sse", "word_timestamps": True}),
+    "elevenlabs": ("/v1/text-to-speech/af_heart/with-timestamps?output_format=pcm_24000", {}),
+    "elevenlabs, streamed": ("/v1/text-to-speech/af_heart/stream/with-timestamps?output_format=pcm_24000", {}),
+}
+
+
+def _echoed_text(route: str, body: str) -> str:
+    """The words or characters a route's body gave back, joined."""
+    if route == "openai sse":
+        events = [json.loads(line.removeprefix("data:")) for line in body.splitlines() if line.startswith("data:")]
+        assert events[-1]["type"] == "speech.audio.done", events[-1]
+        return " ".join(w["word"] for e in events if e["type"] == "speech.audio.words" for w in e["words"])
+    pieces = [json.loads(line) for line in body.splitlines() if line.strip()]
+    if route.startswith("captioned"):
+        return " ".join(stamp["word"] for piece in pieces for stamp in piece["timestamps"])
+    return "".join(char for piece in pieces for char in piece["alignment"]["characters"])
+
+
+@pytest.mark.parametrize("route", list(ECHOING_ROUTES))
+async def test_a_lone_surrogate_in_a_word_comes_back_escaped(server: RunningServer, route: str) -> None:
+    """A client's JSON can escape a lone surrogate ("\\ud800"); the word holding it is spoken and given back, escaped
+    again (UTF-8 cannot carry it: the body broke off there before)."""
+    path, extra = ECHOING_ROUTES[route]
+    text = f"{SURROGATE_WORD} there."
+    fields = (
+        {"input": text, "voice": "af_heart", "response_format": "pcm"} if "/v1/text" not in path else {"text": text}
+    )
+    content = json.dumps({**fields, **extra})  # ensure_ascii: the surrogate travels as \ud800, as JSON clients send it
+    async with httpx.AsyncClient(base_url=server.base_url, timeout=120) as client:
+        response = await client.post(path, content=content, headers={"content-type": "application/json"})
+    assert response.status_code == 200, response.text[:300]
+    assert SURROGATE_WORD in _echoed_text(route, response.text)

@@ -177,3 +177,29 @@ async def test_a_new_utterance_is_not_stuck_behind_other_sessions_long_replies(
     # one or two more since a window's decoding is capped at 1 s (vocoder_windows.WindowPlan.longest_s): smaller
     # windows, more of them in the same time. Stuck behind the long replies, it would see dozens (12 sentences each).
     assert sum(frames_after.values()) <= 6 * server.engine.backend.parallel_jobs, frames_after
+
+
+async def test_a_session_the_server_fails_to_serve_is_told_and_closed_with_1011(
+    server: RunningServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A bug in a dialect's frames (here: the ``synthesis_complete`` frame cannot be written) ends the session with
+    an ``internal_error`` frame and close 1011, where it used to leave the client waiting on an open, silent socket."""
+    from kokoro_client.protocol import SynthesisComplete
+    from kokoro_tts.sessions import bidi
+
+    def failing_encode(frame: object) -> str:
+        if isinstance(frame, SynthesisComplete):
+            raise RuntimeError("a frame the dialect cannot write")
+        return encode(frame)  # type: ignore[arg-type]
+
+    encode = bidi.encode
+    monkeypatch.setattr(bidi, "encode", failing_encode)
+    async with connect(server.ws_url) as ws:
+        await ws.send(json.dumps({"text": "Hello there.", "id": "1"}))
+        transcript = Transcript()
+        with pytest.raises(ConnectionClosed) as closed:
+            await receive_until(ws, transcript, lambda f: False, limit_s=60)
+    assert closed.value.rcvd is not None and closed.value.rcvd.code == 1011, closed.value
+    assert closed.value.rcvd.reason.startswith("internal_error: ")
+    assert any(kind == "audio" for kind, _ in transcript.frames)
+    assert [f["code"] for f in transcript.json_frames("error")] == ["internal_error"]

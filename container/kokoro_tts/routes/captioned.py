@@ -14,10 +14,10 @@ Words are timed for English voices; other languages' pieces carry an empty list.
 from __future__ import annotations
 
 import base64
-import json
 from typing import Any
 
 from kokoro_client.errors import ErrorCode, TTSError
+from kokoro_client.json_messages import json_text
 from kokoro_client.protocol import WordTiming
 from starlette.requests import Request
 from starlette.responses import Response
@@ -62,12 +62,12 @@ class _Captions:
             case Completed() if self._stream:
                 return self._line(b"") if self._words else b""
             case Completed():
-                return json.dumps(_piece(bytes(self._audio), self._body, self._words), ensure_ascii=False).encode()
+                return json_text(_piece(bytes(self._audio), self._body, self._words)).encode()
         return b""
 
     def _line(self, data: bytes) -> bytes:
         piece, self._words = _piece(data, self._body, self._words), []
-        return (json.dumps(piece, ensure_ascii=False) + "\n").encode()
+        return (json_text(piece) + "\n").encode()
 
 
 def _piece(audio: bytes, body: SpeechBody, words: list[dict[str, Any]]) -> dict[str, Any]:

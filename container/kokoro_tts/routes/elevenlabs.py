@@ -13,10 +13,10 @@ Errors are in ElevenLabs' shape (``{"detail": {"status", "message"}}``, routes/e
 from __future__ import annotations
 
 import base64
-import json
 from typing import Any
 
 from kokoro_client.elevenlabs import DEFAULT_OUTPUT_FORMAT, output_format
+from kokoro_client.json_messages import json_text
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -69,12 +69,12 @@ class _Timed:
                 self._chars += self._times.rest(audio_ms)
                 if self._lines:
                     return self._line(b"") if self._chars else b""
-                return json.dumps(_piece(bytes(self._audio), self._chars), ensure_ascii=False).encode()
+                return json_text(_piece(bytes(self._audio), self._chars)).encode()
         return b""
 
     def _line(self, data: bytes) -> bytes:
         piece, self._chars = _piece(data, self._chars), []
-        return (json.dumps(piece, ensure_ascii=False) + "\n").encode()
+        return (json_text(piece) + "\n").encode()
 
 
 def _piece(audio: bytes, chars: list[TimedChar]) -> dict[str, Any]:

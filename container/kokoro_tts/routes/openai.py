@@ -18,8 +18,9 @@ from typing import Any
 
 import numpy as np
 from kokoro_client.errors import ErrorCode, TTSError, quoted
+from kokoro_client.json_messages import json_text
 from kokoro_client.protocol import WordTiming
-from sse_starlette import JSONServerSentEvent
+from sse_starlette import ServerSentEvent
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
@@ -278,7 +279,7 @@ class _SSE:
 
 
 def _encode(event: dict[str, Any]) -> bytes:
-    return JSONServerSentEvent(event, sep="\n").encode()
+    return ServerSentEvent(json_text(event, separators=(",", ":")), sep="\n").encode()
 
 
 # --- GET /v1/audio/voices, /v1/models, /v1/models/{id}

@@ -22,7 +22,7 @@ from typing import Final, Protocol
 
 from kokoro_client.errors import INTERNAL_ERROR_MESSAGE, ErrorCode, TTSError
 from kokoro_client.logs import bind_ids
-from kokoro_client.protocol import CLOSE_GOING_AWAY, CLOSE_NORMAL
+from kokoro_client.protocol import CLOSE_GOING_AWAY, CLOSE_INTERNAL_ERROR, CLOSE_NORMAL
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from kokoro_tts import metrics
@@ -231,7 +231,7 @@ class Session:
             log.info("session opened")
             if not await self.dialect.opened():
                 return
-            self._speaker = asyncio.create_task(self._speak())
+            self._speaker = asyncio.create_task(self._speak_or_close())
             try:
                 await self._receive()
             except WebSocketDisconnect:
@@ -285,6 +285,18 @@ class Session:
                 await self.refuse(TTSError(ErrorCode.INTERNAL_ERROR, INTERNAL_ERROR_MESSAGE))
 
     # --- speaking --------------------------------------------------------------------------------------------
+
+    async def _speak_or_close(self) -> None:
+        """Speaks the queue for the session's life; a failure nothing else handles (a bug) ends the session, said to
+        the client and then closing with 1011, instead of leaving it open and silent."""
+        try:
+            await self._speak()
+        except Exception:
+            log.exception("unexpected failure speaking")
+            with contextlib.suppress(Exception):  # the failure may be in the dialect's own frames
+                await self.refuse(TTSError(ErrorCode.INTERNAL_ERROR, INTERNAL_ERROR_MESSAGE))
+            with contextlib.suppress(Exception):
+                await self.close(CLOSE_INTERNAL_ERROR, f"{ErrorCode.INTERNAL_ERROR}: {INTERNAL_ERROR_MESSAGE}")
 
     async def _speak(self) -> None:
         while True:
