@@ -290,7 +290,7 @@ async def test_long_numbers_get_a_timestamp(server: RunningServer, number: str) 
 # --- text JSON escaped and UTF-8 cannot carry, echoed back ----------------------------------------------------------
 
 SURROGATE_WORD = "Hel\ud800lo"
-ECHOING_ROUTES = {  # each HTTP route that sends the client's words or characters back: path, body, how to read it
+ECHOING_ROUTES = {  # each HTTP route that sends the client's words or characters back: its path, its own fields
     "captioned": ("/dev/captioned_speech", {"stream": False}),
     "captioned, streamed": ("/dev/captioned_speech", {"stream": True}),
     "openai sse": ("/v1/audio/speech", {"stream_format": "sse", "word_timestamps": True}),

@@ -184,15 +184,14 @@ async def test_a_session_the_server_fails_to_serve_is_told_and_closed_with_1011(
 ) -> None:
     """A bug in a dialect's frames (here: the ``synthesis_complete`` frame cannot be written) ends the session with
     an ``internal_error`` frame and close 1011, where it used to leave the client waiting on an open, silent socket."""
-    from kokoro_client.protocol import SynthesisComplete
+    from kokoro_client.protocol import ServerFrame, SynthesisComplete, encode
     from kokoro_tts.sessions import bidi
 
-    def failing_encode(frame: object) -> str:
+    def failing_encode(frame: ServerFrame) -> str:
         if isinstance(frame, SynthesisComplete):
             raise RuntimeError("a frame the dialect cannot write")
-        return encode(frame)  # type: ignore[arg-type]
+        return encode(frame)
 
-    encode = bidi.encode
     monkeypatch.setattr(bidi, "encode", failing_encode)
     async with connect(server.ws_url) as ws:
         await ws.send(json.dumps({"text": "Hello there.", "id": "1"}))

@@ -293,10 +293,11 @@ class Session:
             await self._speak()
         except Exception:
             log.exception("unexpected failure speaking")
+            error = TTSError(ErrorCode.INTERNAL_ERROR, INTERNAL_ERROR_MESSAGE)
             with contextlib.suppress(Exception):  # the failure may be in the dialect's own frames
-                await self.refuse(TTSError(ErrorCode.INTERNAL_ERROR, INTERNAL_ERROR_MESSAGE))
+                await self.refuse(error)
             with contextlib.suppress(Exception):
-                await self.close(CLOSE_INTERNAL_ERROR, f"{ErrorCode.INTERNAL_ERROR}: {INTERNAL_ERROR_MESSAGE}")
+                await self.close(CLOSE_INTERNAL_ERROR, f"{error.code}: {error.message}")
 
     async def _speak(self) -> None:
         while True:
