@@ -8,7 +8,16 @@ import math
 
 import pytest
 from kokoro_client.errors import ErrorCode, TTSError
-from kokoro_tts.engine.capacity import HEADROOM, LEND_LEAD_S, MEASURED, UNLIMITED, Pace, StreamSlots, waiting_room
+from kokoro_tts.engine.capacity import (
+    HEADROOM,
+    LEND_LEAD_S,
+    MEASURED,
+    UNLIMITED,
+    Pace,
+    ReadReceipts,
+    StreamSlots,
+    waiting_room,
+)
 
 
 def test_the_ceiling_is_the_measured_throughput_less_the_headroom() -> None:
@@ -146,3 +155,41 @@ async def test_a_stream_far_ahead_lends_its_slot_while_its_send_is_stuck_in_a_fu
     assert (slots.holds(newcomer), slots.holds(stream), pace.lent, slots.lent) == (True, False, True, 1)
     stuck.set_result(None)
     await asyncio.wait_for(sending, 1.0)
+
+
+async def test_a_session_lends_its_slot_like_an_http_stream_until_its_client_first_answers() -> None:
+    """A WebSocket stream is judged by its client's answers to its pings, but a client reading slowly answers its
+    first ping late while its socket's buffers take seconds of audio: until then it is judged by its transport, as
+    an HTTP stream is, and lends its slot while far ahead. Once its client has answered, it no longer lends."""
+
+    async def sent(receipts: ReadReceipts, audio_s: float) -> None:
+        await receipts.sent(audio_s)
+
+    async def stuck_send(pace: Pace, newcomer: object, slots: StreamSlots) -> bool:
+        """Whether ``newcomer`` gets the slot while ``pace``'s next send waits on a full buffer."""
+        stuck: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        sending = asyncio.create_task(pace.send(stuck, 1.0))
+        await asyncio.sleep(0.01)
+        try:
+            await slots.acquire(newcomer, 0.2)
+        except TTSError:
+            return False
+        finally:
+            stuck.set_result(None)
+            await asyncio.wait_for(sending, 1.0)
+        return True
+
+    marks: list[bytes] = []
+
+    async def ping(mark: bytes) -> None:
+        marks.append(mark)
+
+    for answered in (False, True):
+        receipts, slots, stream, newcomer = ReadReceipts(ping), StreamSlots(1), object(), object()
+        await slots.acquire(stream, 1.0)
+        pace = Pace(slots, stream, 3.0, receipts=receipts)
+        await pace.send(sent(receipts, 2 * LEND_LEAD_S), 2 * LEND_LEAD_S)  # into the socket's buffers at once
+        if answered:
+            receipts.answered(marks[-1])  # and its client vouched for all of it
+        assert await stuck_send(pace, newcomer, slots) is not answered
+        assert pace.lent is not answered

@@ -285,8 +285,8 @@ class Pace:
     (``behind``), so the slot is free for others at once, not when the slow send ends; so does a send that finds
     the client's reading already that far behind. ``cut_off``: a stream that is cut off when it falls behind (HTTP)
     abandons that send; else (a session, which tells its client in band) the send is finished first. ``lends``: a
-    stream more than ``LEND_LEAD_S`` ahead lends its slot to a waiter; it then calls ``ready`` before it makes more
-    audio."""
+    stream more than ``LEND_LEAD_S`` ahead lends its slot to a waiter (a WebSocket's does so too until its client
+    first answers); it then calls ``ready`` before it makes more audio."""
 
     def __init__(
         self,
@@ -338,9 +338,15 @@ class Pace:
         """How long its client can play before it needs more audio."""
         return self._deadline - self.margin_s - self._loop.time()
 
+    @property
+    def _may_lend(self) -> bool:
+        """A stream judged by its transport alone: HTTP's, and a WebSocket's until its client first answers (a
+        client reading slowly answers its first ping late, and its socket's buffers hide that meanwhile)."""
+        return self._lends or (self._receipts is not None and not self._receipts.answering)
+
     def _lend_if_wanted(self) -> asyncio.Future[None] | None:
         """Lends the slot if it may and a stream waits; else, while it may, what to wait on for a waiter."""
-        if not self._lends or self.lent or self.lead_s < LEND_LEAD_S:
+        if not self._may_lend or self.lent or self.lead_s < LEND_LEAD_S:
             return None
         wanted = self._slots.wanted()
         if wanted.done():
