@@ -33,13 +33,13 @@ $(VENV)/.installed: requirements.lock pyproject.toml | $(UV)
 	$(UV) pip install --quiet --python $(PY) --no-deps -e .
 	@touch $@
 
-# The fused Snake kernel (container/native): the generator about 1.4x faster on a CPU. The server runs without it,
-# slower, and says so: a machine that cannot build it still installs.
-SNAKE_LIB := container/kokoro_tts/engine/backends/libkokoro_snake.so
-$(SNAKE_LIB): container/native/snake_op.c container/native/build.py | $(VENV)/.installed
-	@$(PY) container/native/build.py || echo "warning: no fused Snake kernel; the server runs without it, slower"
+# The native kernels (container/native): a faster generator on a CPU (docs/engine.md). The server runs without them,
+# slower, and says so: a machine that cannot build them still installs.
+KERNELS_LIB := container/kokoro_tts/engine/backends/libkokoro_kernels.so
+$(KERNELS_LIB): $(wildcard container/native/*.c container/native/*.h) container/native/build.py | $(VENV)/.installed
+	@$(PY) container/native/build.py || echo "warning: no native kernels; the server runs without them, slower"
 
-install: $(VENV)/.installed $(SNAKE_LIB) weights ## create .venv from the lock, build the kernel, fetch the weights
+install: $(VENV)/.installed $(KERNELS_LIB) weights ## create .venv from the lock, build the kernels, fetch the weights
 
 weights: $(VENV)/.installed ## fetch the Kokoro weights into MODEL_DIR, derive the torch weights (no-ops when done)
 	$(PY) -m scripts.weights fetch --dest "$(MODEL_DIR)"
@@ -99,4 +99,4 @@ lock: | $(UV) ## re-pin every lock (exact versions with hashes, no download addr
 	$(LOCK) --extra agent --python-platform aarch64-manylinux_2_28 -o agent/requirements.lock
 
 clean: ## remove the environment (weights in MODEL_DIR are kept)
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache $(SNAKE_LIB)
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache $(KERNELS_LIB)

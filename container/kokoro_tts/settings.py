@@ -88,9 +88,11 @@ class Settings:
     # Token batches of several streams due together, decoded in one padded call (engine/backends/torch_batch.py):
     # on a GPU one call for many streams costs about what one does. torch only; 0: 16 on a GPU, 1 on a CPU.
     batch: int = setting("KOKORO_BATCH", 0, "streams' chunks one torch call decodes at most (0: the backend's)")
-    # The generator's Snake activations as one vectorised kernel (engine/backends/snake.py) where it is built; 0
-    # runs the graph's own operators, as the benchmark does to compare the two.
-    fused_snake: bool = setting("KOKORO_FUSED_SNAKE", True, "the fused Snake kernel, where it is built (1 or 0)")
+    # The native kernels (engine/backends/kernels.py) where they are built: the generator's Snake activations as one
+    # vectorised pass; 0 registers none of them and runs the graph's own operators, as the benchmark does to compare.
+    fused_snake: bool = setting("KOKORO_FUSED_SNAKE", True, "the native kernels, where they are built (1 or 0)")
+    # With them, the int8 generator's convolutions by the direct kernel where the CPU suits it (AVX-512 VNNI, no AMX).
+    direct_conv: bool = setting("KOKORO_DIRECT_CONV", True, "the direct int8 convolution kernel, where it serves (1/0)")
     # Each window its own scheduler job, so the first audio costs one short window (engine/windows.py); 0 is the
     # side-by-side baseline. onnx only.
     windowed: bool = setting("KOKORO_WINDOWED", True, "1: decode each chunk's audio in vocoder windows; 0: whole")

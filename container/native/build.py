@@ -1,11 +1,13 @@
-"""Build the fused Snake kernel (snake_op.c) into the server package: ``python container/native/build.py``.
+"""Build the native kernels into the server package as one library: ``python container/native/build.py``.
 
-The kernel is an onnxruntime custom op, so it compiles against onnxruntime's C API header, which onnxruntime's
+The library (ops.c) holds the fused Snake activation (snake_op.c) and the direct integer convolution (conv_op.c).
+
+The kernels are onnxruntime custom ops, so they compile against onnxruntime's C API header, which onnxruntime's
 wheels do not carry. The header comes from Debian's ``libonnxruntime-dev`` package, fetched from the Debian mirror
 this machine's apt already uses and checked against the hash pinned here (the image's build stage does the same).
 The library calls onnxruntime only through the function table it is handed at registration, so it links against
 nothing but libm: one header version serves every newer runtime (its C API keeps old versions). The server runs
-without it, slower (engine/backends/snake.py). Standard library only: the image builds it before any install.
+without it, slower (engine/backends/kernels.py). Standard library only: the image builds it before any install.
 """
 
 from __future__ import annotations
@@ -23,8 +25,8 @@ import urllib.request
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-SOURCE = HERE / "snake_op.c"
-LIBRARY = HERE.parent / "kokoro_tts" / "engine" / "backends" / "libkokoro_snake.so"
+SOURCES = tuple(HERE / name for name in ("ops.c", "snake_op.c", "conv_op.c"))
+LIBRARY = HERE.parent / "kokoro_tts" / "engine" / "backends" / "libkokoro_kernels.so"
 CACHE = HERE.parents[1] / ".cache" / "onnxruntime-headers"
 
 # Debian trixie's package; the header inside is architecture-independent. ORT_API_VERSION 21.
@@ -93,9 +95,10 @@ def build(include: Path, out: Path = LIBRARY) -> Path:
     if compiler is None:
         raise BuildError("no C compiler (cc or gcc; Debian: apt-get install gcc)")
     with tempfile.TemporaryDirectory() as folder:
-        obj, lib = Path(folder) / "snake_op.o", Path(folder) / out.name
-        subprocess.run([compiler, *COMPILE, "-I", str(include), "-c", str(SOURCE), "-o", str(obj)], check=True)
-        subprocess.run([compiler, "-shared", str(obj), "-lm", "-o", str(lib)], check=True)
+        objects, lib = [Path(folder) / f"{source.stem}.o" for source in SOURCES], Path(folder) / out.name
+        for source, obj in zip(SOURCES, objects, strict=True):
+            subprocess.run([compiler, *COMPILE, "-I", str(include), "-c", str(source), "-o", str(obj)], check=True)
+        subprocess.run([compiler, "-shared", *map(str, objects), "-lm", "-o", str(lib)], check=True)
         out.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(lib, out.with_name(f".{out.name}.part"))
         os.replace(out.with_name(f".{out.name}.part"), out)
@@ -110,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         built = build(args.include or fetch_header(), args.out)
     except (BuildError, subprocess.CalledProcessError) as e:
-        print(f"error: the fused Snake kernel was not built: {e}", file=sys.stderr)
+        print(f"error: the native kernels were not built: {e}", file=sys.stderr)
         return 1
     print(f"built {built}")
     return 0

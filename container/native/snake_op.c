@@ -9,8 +9,7 @@
 #include <stdint.h>
 
 #include "onnxruntime_c_api.h"
-
-static const OrtApi *ort;
+#include "ops.h"
 
 typedef struct {
     const float *x, *a, *b;
@@ -99,7 +98,7 @@ static OrtMemType ORT_API_CALL on_cpu(const OrtCustomOp *op, size_t index) {
 static int ORT_API_CALL since_1(const OrtCustomOp *op) { (void)op; return 1; }
 static int ORT_API_CALL any_version(const OrtCustomOp *op) { (void)op; return 2147483647; }
 
-static const OrtCustomOp snake = {
+const OrtCustomOp snake = {
     .version = ORT_API_VERSION,
     .GetName = name,
     .GetExecutionProviderType = provider,
@@ -116,13 +115,3 @@ static const OrtCustomOp snake = {
     .GetStartVersion = since_1,
     .GetEndVersion = any_version,
 };
-
-/* What SessionOptions.register_custom_ops_library calls. */
-__attribute__((visibility("default"))) OrtStatus *ORT_API_CALL RegisterCustomOps(OrtSessionOptions *options, const OrtApiBase *base) {
-    ort = base->GetApi(ORT_API_VERSION);
-    if (ort == NULL) return NULL; /* unreachable: every runtime since 1.21 serves this version */
-    OrtCustomOpDomain *domain;
-    TRY(ort->CreateCustomOpDomain("kokoro", &domain));
-    TRY(ort->CustomOpDomain_Add(domain, &snake));
-    return ort->AddCustomOpDomain(options, domain);
-}

@@ -323,7 +323,8 @@ WINDOWING_OFF = {"KOKORO_WINDOWED": "0"}
 # The server without stream slots (engine/capacity.py): every stream starts at once, however many there are, as
 # before the slots existed; past what the cores make, sessions run dry instead of waiting or being refused.
 NO_STREAM_SLOTS = {"KOKORO_STREAMS": "-1"}
-# The server as it was before both: no stream slots and the generator's own Snake operators (engine/backends/snake.py).
+# The server as it was before both: no stream slots and the generator's own operators, no native kernel
+# (engine/backends/kernels.py).
 BEFORE_SLOTS_AND_KERNEL = {**NO_STREAM_SLOTS, "KOKORO_FUSED_SNAKE": "0"}
 
 

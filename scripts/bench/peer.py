@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 from kokoro_client.audio import SAMPLE_RATE
+from kokoro_tts.engine.backends import kernels
 from kokoro_tts.engine.backends.onnx import OnnxBackend
 from kokoro_tts.text.chunks import split_utterance
 from kokoro_tts.weights.layout import WeightLayout
@@ -28,6 +29,11 @@ from .texts import REPLY
 
 VOICE = "af_heart"
 G2P_NOTE = "kokoro-onnx phonemizes with espeak-ng, ours with misaki (espeak-ng only for unknown words)"
+
+
+def _kernels(inproc: InProcess) -> list[str]:
+    """The native kernels ours runs here (engine/backends/kernels.py)."""
+    return [kernels.SNAKE, *([kernels.CONV] if inproc.engine.direct_conv else [])]
 
 
 def build_voices_npz(layout: WeightLayout, path: Path) -> Path:
@@ -64,7 +70,7 @@ async def run_peer(inproc: InProcess, trials: int, *, n_sentences: int | None, t
     layout = WeightLayout(model_dir())
     sentences = split_utterance(REPLY)[:n_sentences]
     settings = inproc.engine.settings
-    # Ours again without the fused Snake kernel (engine/backends/snake.py), interleaved: what the kernel gains.
+    # Ours again without the native kernels (engine/backends/kernels.py), interleaved: what the kernels gain.
     plain = InProcess.load(fused_snake=False) if inproc.engine.fused_snake else None
     with tempfile.TemporaryDirectory(prefix="kokoro-onnx-voices-") as tmp:
         peer = _peer(layout, build_voices_npz(layout, Path(tmp) / "voices.npz"), settings.device, settings.threads)
@@ -109,7 +115,7 @@ async def run_peer(inproc: InProcess, trials: int, *, n_sentences: int | None, t
     total_ratio = sum(float(r["kokoro_onnx_ms"]) for r in rows) / sum(float(r["ours_ms"]) for r in rows)
     data: dict[str, Any] = {
         "library": f"kokoro-onnx {version}",
-        "fused_snake": plain is not None,
+        "native_kernels": _kernels(inproc) if plain is not None else [],
         "voice": VOICE,
         "session": "onnxruntime session with the same options as ours (OnnxBackend), same model file",
         "g2p": G2P_NOTE,
@@ -124,10 +130,11 @@ async def run_peer(inproc: InProcess, trials: int, *, n_sentences: int | None, t
     )
     if plain is not None:
         gain = statistics.fmean(float(r["ours_without_kernel_ms"]) / float(r["ours_ms"]) for r in rows)
-        data["fused_snake_gain_mean"] = gain
-        headline += f"; the fused Snake kernel: ours {gain:.2f}× faster than without it (mean per sentence)"
+        data["native_kernels_gain_mean"] = gain
+        names = " and ".join(data["native_kernels"])
+        headline += f"; the native kernels ({names}): ours {gain:.2f}× faster than without them (mean per sentence)"
     else:
-        headline += "; without the fused Snake kernel (not built, or KOKORO_FUSED_SNAKE=0)"
+        headline += "; without the native kernels (not built, or KOKORO_FUSED_SNAKE=0)"
     ttfa_rows: list[Row] = []
     if ttfa_ours:
         ours_p50, theirs_p50 = statistics.median(ttfa_ours), statistics.median(ttfa_theirs)

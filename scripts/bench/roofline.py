@@ -37,6 +37,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 from kokoro_client.audio import SAMPLE_RATE
+from kokoro_tts.engine.backends import kernels
 from kokoro_tts.engine.backends.ort_sessions import exact_int8_dot_products
 from kokoro_tts.engine.backends.stages import SAMPLES_PER_FRAME, OnnxStages
 from kokoro_tts.engine.synthesis import TTSEngine
@@ -61,6 +62,7 @@ INTEGER_OPS = frozenset(
         "DynamicQuantizeLSTM",
         "ConvInteger",
         "QLinearConv",
+        kernels.CONV,
     }
 )
 # Operators whose work is matrix products, by how their MACs follow from the shapes (``_macs``). A Gemm counts as a
@@ -193,6 +195,8 @@ def _macs(op: str, inputs: list[list[int]], output: list[int]) -> float:
     if op in CONV:
         weight = inputs[3] if op == "QLinearConv" else inputs[1]
         return float(np.prod(output)) * float(np.prod(weight[1:]))
+    if op == kernels.CONV:  # the direct kernel's weights are the product's: [taps · channels, outputs]
+        return float(np.prod(output)) * inputs[1][0]
     if op in CONV_TRANSPOSE:
         return float(np.prod(inputs[0])) * float(np.prod(inputs[1][1:]))
     if op in LSTM:

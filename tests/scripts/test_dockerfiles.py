@@ -83,7 +83,7 @@ def test_each_image_copies_only_what_it_runs(dockerfile: str) -> None:
 def test_the_tts_image_takes_the_kernel_its_build_stage_compiled() -> None:
     text = (REPO / "container" / "Dockerfile").read_text()
     image = text.split("\nFROM ")[-1]
-    built = "container/kokoro_tts/engine/backends/libkokoro_snake.so"
-    assert f"COPY --from=snake /build/{built} container/kokoro_tts/engine/backends/" in image
-    assert image.index("--from=snake") < image.index("uv pip install --system --no-cache --no-deps")
+    built = "container/kokoro_tts/engine/backends/libkokoro_kernels.so"
+    assert f"COPY --from=kernels /build/{built} container/kokoro_tts/engine/backends/" in image
+    assert image.index("--from=kernels") < image.index("uv pip install --system --no-cache --no-deps")
     assert built in (REPO / "pyproject.toml").read_text()  # a wheel artifact: git ignores the built file

@@ -21,7 +21,7 @@ def test_health_reports_what_is_serving(server: RunningServer, model_dir: Path) 
     manifest = WeightLayout(model_dir).read_manifest()
     assert health["model_file"] == "kokoro.onnx"
     assert health["model_sha256"] == manifest.files["kokoro.onnx"].sha256
-    assert health["fused_snake"] is True  # built by make install (tests/server/test_snake_kernel.py)
+    assert health["fused_snake"] is True  # built by make install (tests/server/test_native_kernels.py)
     assert health["batch"] == 1  # the onnx stages take one chunk a call
     assert health["version"] == "0.1.0"
 

@@ -115,8 +115,13 @@ class TTSEngine:
 
     @property
     def fused_snake(self) -> bool:
-        """Whether the generator runs the fused Snake kernel (engine/backends/snake.py)."""
+        """Whether the generator runs the fused Snake kernel (engine/backends/kernels.py)."""
         return self.backend.stages is not None and self.backend.stages.fused_snake
+
+    @property
+    def direct_conv(self) -> bool:
+        """Whether the generator's convolutions run the direct kernel (engine/backends/kernels.py)."""
+        return self.backend.stages is not None and self.backend.stages.direct_conv
 
     @classmethod
     def load(cls, settings: Settings) -> TTSEngine:

@@ -32,7 +32,7 @@ CUSTOM_ATTRIBUTES = "x-amzn-sagemaker-custom-attributes"
 
 def health_document(engine: TTSEngine) -> dict[str, Any]:
     """{status, backend, device, model_file, model_sha256 (from the layout's manifest), fused_snake (whether the
-    generator runs the fused Snake kernel: engine/backends/snake.py), batch (how many streams' chunks one model call
+    generator runs the fused Snake kernel: engine/backends/kernels.py), batch (how many streams' chunks one model call
     takes at most: engine/scheduler.py), version}."""
     from importlib.metadata import PackageNotFoundError, version
 

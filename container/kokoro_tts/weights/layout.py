@@ -10,7 +10,8 @@ ROOT/kokoro-stage-features-pooled.onnx  optional: the decoder's frame-rate block
                                   the generator's input (`derive-stages`)
 ROOT/kokoro-stage-generator-pooled-snake.onnx  optional: the vocoder's generator (`derive-stages`); the norms of
                                   these two take pooled statistics, its Snake activations are kokoro.Snake nodes
-ROOT/kokoro-stage-*-vnni.onnx     optional: the same three, their convolutions as int8 matrix products
+ROOT/kokoro-stage-*-vnni.onnx     optional: the same three, their convolutions as int8 matrix products (the
+                                  generator's as kokoro.ConvInteger1d nodes: "-conv")
 ROOT/kokoro-norm-priors.npz       optional: each voice's priors for the pooled statistics
 ROOT/voices/<name>.bin   voice packs: little-endian float32, 510 × 256
 ROOT/manifest.json       {"model", "source", "files": {path: {"sha256", "bytes"}}}, written last
@@ -46,12 +47,13 @@ FEATURES_GRAPH = "kokoro-stage-features-pooled.onnx"
 DECODER_GRAPH = "kokoro-stage-generator-pooled-snake.onnx"
 FRONT_GRAPH_VNNI = "kokoro-stage-front-prosody-vnni.onnx"
 FEATURES_GRAPH_VNNI = "kokoro-stage-features-pooled-vnni.onnx"
-DECODER_GRAPH_VNNI = "kokoro-stage-generator-pooled-snake-vnni.onnx"
+DECODER_GRAPH_VNNI = "kokoro-stage-generator-pooled-snake-conv-vnni.onnx"
 NORM_PRIORS = "kokoro-norm-priors.npz"
 StagePaths = tuple[Path, Path, Path]  # front, features, generator: the order they run in
 # What earlier derivations left, which derive-stages removes: the first cut (the whole decoder windowed), a front
 # with the export's STFT, generators normalising over their own frames only, fronts that made the generator's input
-# features for the whole chunk, the generator-only priors, and generators without their Snake nodes.
+# features for the whole chunk, the generator-only priors, generators without their Snake nodes, and the int8
+# generator without its ConvInteger1d nodes.
 EARLIER_STAGE_GRAPHS = (
     "kokoro-front.onnx",
     "kokoro-decoder.onnx",
@@ -63,6 +65,7 @@ EARLIER_STAGE_GRAPHS = (
     "kokoro-generator-norms.npz",
     "kokoro-stage-generator-pooled.onnx",
     "kokoro-stage-generator-pooled-vnni.onnx",
+    "kokoro-stage-generator-pooled-snake-vnni.onnx",
 )
 VOICES = "voices"
 MANIFEST = "manifest.json"

@@ -23,7 +23,7 @@ locals {
   # (`make serve`) as "stream slots: 7 (the workers make 8.76 s of audio per second side by side)" and GET /metrics
   # exposes as kokoro_tts_stream_throughput. Machine: the project's development VM, 2 vCPUs of an Intel Xeon with AMX and
   # AVX512-VNNI/BF16 (the CPU generation of ml.c7i, ml.m7i and ml.r7i: 4th-generation Xeon Scalable), a Firecracker
-  # microVM that shows 2 cores of one thread each. 2026-12-03, with the fused Snake kernel (engine/backends/snake.py):
+  # microVM that shows 2 cores of one thread each. 2026-12-03, with the fused Snake kernel (engine/backends/kernels.py):
   # six server starts that day read 8.4-9.4 s/s; this is their median reading.
   onnx_measured_throughput = 8.76 # seconds of audio per second, both workers busy
   onnx_measured_vcpus      = 2

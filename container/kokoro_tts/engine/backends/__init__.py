@@ -93,6 +93,7 @@ def load_backend(settings: Settings) -> Backend:
             int8_stage_paths=int8_stages if all(path.is_file() for path in int8_stages) else None,
             norm_priors=layout.root / NORM_PRIORS,
             fused_snake=settings.fused_snake,
+            direct_conv=settings.direct_conv,
         )
     if settings.backend == "torch":
         from kokoro_tts.engine.backends.torch import TorchBackend

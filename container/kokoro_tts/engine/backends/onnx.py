@@ -38,6 +38,7 @@ class OnnxBackend:
         int8_stage_paths: StagePaths | None = None,
         norm_priors: Path | None = None,
         fused_snake: bool = True,
+        direct_conv: bool = True,
     ) -> None:
         available = ort.get_available_providers()
         want_cuda = device in ("auto", "cuda") and "CUDAExecutionProvider" in available
@@ -53,7 +54,7 @@ class OnnxBackend:
         if stage_paths:
             log.info("stage graphs: %s", ", ".join(path.name for path in stage_paths))
         self.stages = (
-            OnnxStages(*stage_paths, threads, providers, self.parallel_jobs, norm_priors, fused_snake)
+            OnnxStages(*stage_paths, threads, providers, self.parallel_jobs, norm_priors, fused_snake, direct_conv)
             if stage_paths
             else None
         )

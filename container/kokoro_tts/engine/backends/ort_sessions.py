@@ -24,7 +24,7 @@ from pathlib import Path
 
 import onnxruntime as ort
 
-from kokoro_tts.engine.backends import snake
+from kokoro_tts.engine.backends import kernels
 
 _M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter
 _MMAP_THRESHOLD_BYTES = 4 << 20  # the arena grows in regions of 1 MB and up; its large ones are the ones to unmap
@@ -64,14 +64,19 @@ def exact_int8_dot_products(cpuinfo: Path = Path("/proc/cpuinfo")) -> bool:
 
 
 def session(
-    path: Path, threads: int = 0, providers: Sequence[str] = ("CPUExecutionProvider",), fused_snake: bool = False
+    path: Path,
+    threads: int = 0,
+    providers: Sequence[str] = ("CPUExecutionProvider",),
+    fused_snake: bool = False,
+    direct_conv: bool = False,
 ) -> ort.InferenceSession:
     """``path`` on ``threads`` cores (0: all), allocating from the process's shared CPU arena; ``fused_snake``: with
-    the fused Snake kernel registered (snake.py: the caller has checked it is ``usable``)."""
+    the native kernels registered (kernels.py: the caller has checked they are ``usable``), the direct convolution
+    among them where ``direct_conv`` and the CPU suits it."""
     options = ort.SessionOptions()
     _share_one_cpu_arena(options)
-    if fused_snake and not snake.register(options):
-        raise RuntimeError(f"the fused Snake kernel {snake.LIBRARY} did not register")
+    if fused_snake and not kernels.register(options, direct_conv=direct_conv):
+        raise RuntimeError(f"the native kernels {kernels.LIBRARY} did not register")
     options.intra_op_num_threads = threads or (os.cpu_count() or 1)
     options.inter_op_num_threads = 1
     # Each session has its own intra-op threads, which spin between operators (fast) and, by default, for a while
@@ -87,12 +92,20 @@ class SessionPair:
     alone, on its share of them when ``parallel`` jobs run side by side (the module docstring)."""
 
     def __init__(
-        self, path: Path, threads: int, parallel: int, providers: Sequence[str], fused_snake: bool = False
+        self,
+        path: Path,
+        threads: int,
+        parallel: int,
+        providers: Sequence[str],
+        fused_snake: bool = False,
+        direct_conv: bool = False,
     ) -> None:
         wide = threads or (os.cpu_count() or 1)
         narrow = max(1, wide // max(1, parallel))
-        self._every_core = session(path, wide, providers, fused_snake)
-        self._shared = self._every_core if narrow == wide else session(path, narrow, providers, fused_snake)
+        self._every_core = session(path, wide, providers, fused_snake, direct_conv)
+        self._shared = (
+            self._every_core if narrow == wide else session(path, narrow, providers, fused_snake, direct_conv)
+        )
 
     def get(self, every_core: bool) -> ort.InferenceSession:
         """The session for a job with ``every_core``, or for one side by side with others (its share of the cores)."""

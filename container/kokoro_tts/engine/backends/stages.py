@@ -43,7 +43,7 @@ from pathlib import Path
 
 import numpy as np
 
-from kokoro_tts.engine.backends import snake
+from kokoro_tts.engine.backends import kernels
 from kokoro_tts.engine.backends.ort_sessions import RUN_OPTIONS, SessionPair
 
 SAMPLES_PER_FRAME = 600  # audio samples per aligned frame (25 ms at 24 kHz)
@@ -165,12 +165,15 @@ class OnnxStages:
         parallel: int = 1,
         priors: Path | None = None,
         fused_snake: bool = True,
+        direct_conv: bool = True,
     ) -> None:
         self._front = SessionPair(front, threads, parallel, providers)
         self._features = SessionPair(features, threads, parallel, providers)
-        # The generator's Snake nodes as one kernel each where it can run (snake.py); else as their function.
-        self.fused_snake = fused_snake and snake.usable(providers)
-        self._decoder = SessionPair(decoder, threads, parallel, providers, self.fused_snake)
+        # The generator's Snake nodes, and its convolutions where the CPU suits the kernel, as native kernels where
+        # they can run (kernels.py); else as their functions.
+        self.fused_snake = fused_snake and kernels.usable(providers)
+        self.direct_conv = self.fused_snake and direct_conv and kernels.direct_conv_runs()
+        self._decoder = SessionPair(decoder, threads, parallel, providers, self.fused_snake, self.direct_conv)
         self.channels = self._norm_channels(self._decoder)  # the generator's norm channels, all layers
         self.features_channels = self._norm_channels(self._features)
         # Per voice and graph: the statistics of silence and of speech ([2, 2, C]), mixed per chunk (``norm_pool``).
