@@ -1,6 +1,8 @@
 /* kokoro.ConvInteger1d, an onnxruntime custom op: a 1-D integer convolution of uint8 activations by int8 weights,
  * y[n, o, t] = sum over tap k and channel c of (x[n, c, t + k * dilation - pad] - x_zero) * (w[k, c, o] - w_zero),
  * int32 out, exactly the integers of the derived graphs' im2col MatMulInteger (scripts/weights/stage_graphs.py).
+ * kokoro.ConvInteger1dScaled also takes the int32 bias and the float scale that follow it in the graph, and writes
+ * float(y + bias[o]) * scale: the same arithmetic as the Add, Cast and Mul it replaces, without three passes. 
  * There, each convolution is a Transpose to time-major, a Pad, a Gather of every tap's frames, the product and a
  * Transpose back: passes over memory that cost the generator as much as a third of its products (docs/engine.md).
  * Here the input is repacked once into groups of four channels interleaved along time, so that a tap is an offset
@@ -23,13 +25,17 @@ typedef struct {
     int64_t taps, dilation, pad_before, pad_after, channels, outs;
     int8_t *packed;       /* [outs / OUT_BLOCK][taps][channels / 4][OUT_BLOCK][4]: w - w_zero */
     int32_t *weight_sums; /* [outs]: the sum of each output channel's w - w_zero */
+    int scaled;           /* ConvInteger1dScaled */
 } Conv;
 
 typedef struct {
     const Conv *conv;
     const uint8_t *x;
     uint8_t *rows; /* [n][channels / 4][row_len][4] */
-    int32_t *y;
+    int32_t *y;      /* ConvInteger1d's output, or */
+    float *y_scaled; /* ConvInteger1dScaled's, */
+    const int32_t *bias; /* with its bias [outs] and scale (both made per run, from the input's scale) */
+    float scale;
     int64_t length, out_length, row_len, time_blocks;
     int outs_inner; /* the order blocks are taken in (``compute``) */
     uint8_t x_zero;
@@ -98,14 +104,21 @@ static void conv_block(void *data, size_t index) {
 #pragma GCC unroll 8
     for (int j = 0; j < OUT_BLOCK; j++) {
         const int64_t o = out_block * OUT_BLOCK + j;
-        const __m512i offset = _mm512_set1_epi32((int32_t)job->x_zero * conv->weight_sums[o]);
-        int32_t *y = job->y + (n * conv->outs + o) * job->out_length + t0;
+        const int32_t bias = job->bias != NULL ? job->bias[o] : 0;
+        const __m512i offset = _mm512_set1_epi32((int32_t)((uint32_t)job->x_zero * (uint32_t)conv->weight_sums[o] -
+                                                           (uint32_t)bias)); /* wrapping, as int32 sums do */
+        const int64_t at = (n * conv->outs + o) * job->out_length + t0;
 #pragma GCC unroll 3
         for (int i = 0; i < TIME_VECTORS; i++) {
             const int64_t left = job->out_length - t0 - 16 * i;
             if (left <= 0) break;
             const __mmask16 mask = left >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1);
-            _mm512_mask_storeu_epi32(y + 16 * i, mask, _mm512_sub_epi32(acc[j][i], offset));
+            const __m512i value = _mm512_sub_epi32(acc[j][i], offset);
+            if (job->y_scaled != NULL)
+                _mm512_mask_storeu_ps(job->y_scaled + at + 16 * i, mask,
+                                      _mm512_mul_ps(_mm512_cvtepi32_ps(value), _mm512_set1_ps(job->scale)));
+            else
+                _mm512_mask_storeu_epi32(job->y + at + 16 * i, mask, value);
         }
     }
 }
@@ -146,8 +159,26 @@ static OrtStatus *ORT_API_CALL compute(void *kernel, OrtKernelContext *context) 
     const uint8_t *zero;
     TRY(ort->GetTensorMutableData((OrtValue *)x, (void **)&job.x));
     TRY(ort->GetTensorMutableData((OrtValue *)x_zero, (void **)&zero));
-    TRY(ort->GetTensorMutableData(y, (void **)&job.y));
     job.x_zero = *zero;
+    if (conv->scaled) {
+        const OrtValue *bias, *scale;
+        const float *value;
+        int64_t bias_dims[3] = {0, 0, 0}, scale_dims[3] = {0, 0, 0};
+        size_t bias_rank, scale_rank;
+        TRY(ort->KernelContext_GetInput(context, 4, &bias));
+        TRY(ort->KernelContext_GetInput(context, 5, &scale));
+        TRY(shape_of(bias, bias_dims, &bias_rank));
+        TRY(shape_of(scale, scale_dims, &scale_rank));
+        if (bias_rank != 1 || bias_dims[0] != conv->outs || scale_rank != 0)
+            return ort->CreateStatus(ORT_INVALID_ARGUMENT,
+                                     "kokoro.ConvInteger1dScaled: the bias must be [O] and the scale one value");
+        TRY(ort->GetTensorMutableData((OrtValue *)bias, (void **)&job.bias));
+        TRY(ort->GetTensorMutableData((OrtValue *)scale, (void **)&value));
+        job.scale = *value;
+        TRY(ort->GetTensorMutableData(y, (void **)&job.y_scaled));
+    } else {
+        TRY(ort->GetTensorMutableData(y, (void **)&job.y));
+    }
     job.time_blocks = (job.out_length + TIME_BLOCK - 1) / TIME_BLOCK;
     /* Which is faster depends on the output count (measured: docs/engine.md): with few output rows the input's
      * reuse wins, with many the writes in order do. */
@@ -224,7 +255,7 @@ static void ORT_API_CALL destroy_kernel(void *kernel) {
 
 static OrtStatus *ORT_API_CALL create_kernel(const OrtCustomOp *op, const OrtApi *api, const OrtKernelInfo *info,
                                              void **kernel) {
-    (void)op, (void)api;
+    (void)api;
     Conv *conv = calloc(1, sizeof(Conv));
     if (conv == NULL) return ort->CreateStatus(ORT_FAIL, "kokoro.ConvInteger1d: out of memory");
     int64_t pads[2] = {-1, -1};
@@ -238,6 +269,7 @@ static OrtStatus *ORT_API_CALL create_kernel(const OrtCustomOp *op, const OrtApi
     if (status == NULL && (conv->taps < 1 || conv->dilation < 1 || conv->pad_before < 0 || conv->pad_after < 0))
         status = ort->CreateStatus(ORT_INVALID_ARGUMENT, "kokoro.ConvInteger1d: bad taps, dilation or pads");
     if (status == NULL) status = pack_weights(conv, info);
+    conv->scaled = op == &conv_integer_1d_scaled;
     if (status != NULL) {
         destroy_kernel(conv);
         return status;
@@ -246,17 +278,23 @@ static OrtStatus *ORT_API_CALL create_kernel(const OrtCustomOp *op, const OrtApi
     return NULL;
 }
 
-static const char *ORT_API_CALL name(const OrtCustomOp *op) { (void)op; return "ConvInteger1d"; }
+static const char *ORT_API_CALL name(const OrtCustomOp *op) {
+    return op == &conv_integer_1d_scaled ? "ConvInteger1dScaled" : "ConvInteger1d";
+}
 static const char *ORT_API_CALL provider(const OrtCustomOp *op) { (void)op; return "CPUExecutionProvider"; }
 static ONNXTensorElementDataType ORT_API_CALL input_type(const OrtCustomOp *op, size_t index) {
     (void)op;
-    return index == 1 || index == 3 ? ONNX_TENSOR_ELEMENT_DATA_TYPE_INT8 : ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT8;
+    static const ONNXTensorElementDataType types[] = {
+        ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT8, ONNX_TENSOR_ELEMENT_DATA_TYPE_INT8,  ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT8,
+        ONNX_TENSOR_ELEMENT_DATA_TYPE_INT8,  ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32, ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT,
+    };
+    return types[index];
 }
 static ONNXTensorElementDataType ORT_API_CALL output_type(const OrtCustomOp *op, size_t index) {
-    (void)op, (void)index;
-    return ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32;
+    (void)index;
+    return op == &conv_integer_1d_scaled ? ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT : ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32;
 }
-static size_t ORT_API_CALL four(const OrtCustomOp *op) { (void)op; return 4; }
+static size_t ORT_API_CALL input_count(const OrtCustomOp *op) { return op == &conv_integer_1d_scaled ? 6 : 4; }
 static size_t ORT_API_CALL one(const OrtCustomOp *op) { (void)op; return 1; }
 static OrtCustomOpInputOutputCharacteristic ORT_API_CALL required(const OrtCustomOp *op, size_t index) {
     (void)op, (void)index;
@@ -274,7 +312,25 @@ const OrtCustomOp conv_integer_1d = {
     .GetName = name,
     .GetExecutionProviderType = provider,
     .GetInputType = input_type,
-    .GetInputTypeCount = four,
+    .GetInputTypeCount = input_count,
+    .GetOutputType = output_type,
+    .GetOutputTypeCount = one,
+    .KernelDestroy = destroy_kernel,
+    .GetInputCharacteristic = required,
+    .GetOutputCharacteristic = required,
+    .GetInputMemoryType = on_cpu,
+    .CreateKernelV2 = create_kernel,
+    .KernelComputeV2 = compute,
+    .GetStartVersion = since_1,
+    .GetEndVersion = any_version,
+};
+
+const OrtCustomOp conv_integer_1d_scaled = {
+    .version = ORT_API_VERSION,
+    .GetName = name,
+    .GetExecutionProviderType = provider,
+    .GetInputType = input_type,
+    .GetInputTypeCount = input_count,
     .GetOutputType = output_type,
     .GetOutputTypeCount = one,
     .KernelDestroy = destroy_kernel,

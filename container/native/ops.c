@@ -27,6 +27,9 @@ EXPORTED OrtStatus *ORT_API_CALL RegisterCustomOps(OrtSessionOptions *options, c
     OrtCustomOpDomain *domain;
     TRY(ort->CreateCustomOpDomain("kokoro", &domain));
     TRY(ort->CustomOpDomain_Add(domain, &snake));
-    if (conv_wanted && conv_integer_1d_runs_here()) TRY(ort->CustomOpDomain_Add(domain, &conv_integer_1d));
+    if (conv_wanted && conv_integer_1d_runs_here()) {
+        TRY(ort->CustomOpDomain_Add(domain, &conv_integer_1d));
+        TRY(ort->CustomOpDomain_Add(domain, &conv_integer_1d_scaled));
+    }
     return ort->AddCustomOpDomain(options, domain);
 }

@@ -6,6 +6,7 @@
 extern const OrtApi *ort;
 extern const OrtCustomOp snake;
 extern const OrtCustomOp conv_integer_1d;
+extern const OrtCustomOp conv_integer_1d_scaled;
 int conv_integer_1d_runs_here(void);
 
 #endif

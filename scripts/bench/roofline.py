@@ -63,6 +63,7 @@ INTEGER_OPS = frozenset(
         "ConvInteger",
         "QLinearConv",
         kernels.CONV,
+        kernels.CONV_SCALED,
     }
 )
 # Operators whose work is matrix products, by how their MACs follow from the shapes (``_macs``). A Gemm counts as a
@@ -195,7 +196,7 @@ def _macs(op: str, inputs: list[list[int]], output: list[int]) -> float:
     if op in CONV:
         weight = inputs[3] if op == "QLinearConv" else inputs[1]
         return float(np.prod(output)) * float(np.prod(weight[1:]))
-    if op == kernels.CONV:  # the direct kernel's weights are the product's: [taps · channels, outputs]
+    if op in (kernels.CONV, kernels.CONV_SCALED):  # the direct kernel's weights: [taps · channels, outputs]
         return float(np.prod(output)) * inputs[1][0]
     if op in CONV_TRANSPOSE:
         return float(np.prod(inputs[0])) * float(np.prod(inputs[1][1:]))

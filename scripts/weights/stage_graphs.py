@@ -438,11 +438,69 @@ def conv_integer_as_matmul(model: Any, direct: bool = False) -> int:
     for init in [i for i in graph.initializer if i.name in replaced - used]:
         graph.initializer.remove(init)
     if kernel_nodes:
+        _scaled_outputs(graph)
         opset = next(o.version for o in model.opset_import if o.domain in ("", "ai.onnx"))
-        model.functions.append(_conv_integer_1d_function(opset))
+        ops = {node.op_type for node in graph.node if node.domain == kernels.DOMAIN}
+        model.functions.extend(
+            _conv_integer_1d_function(op, opset) for op in (kernels.CONV, kernels.CONV_SCALED) if op in ops
+        )
         if not any(o.domain == kernels.DOMAIN for o in model.opset_import):
             model.opset_import.append(helper.make_opsetid(kernels.DOMAIN, 1))
     return kernel_nodes
+
+
+def _scaled_outputs(graph: Any) -> int:
+    """Each ``kokoro.ConvInteger1d`` whose int32 output only goes through the export's requantization (an Add of its
+    int32 bias reshaped [O, 1] (quantized each run by the input's scale), a Cast to float, a Mul by the scale)
+    becomes one
+    ``kokoro.ConvInteger1dScaled`` taking that bias and scale: the same arithmetic, without three passes over the
+    output. Returns how many."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    constants = {init.name: numpy_helper.to_array(init) for init in graph.initializer}
+    made_by = {output: node for node in graph.node for output in node.output}
+    used_by: dict[str, list[Any]] = {}
+    for node in graph.node:
+        for name in node.input:
+            used_by.setdefault(name, []).append(node)
+
+    def only_use(name: str, op_type: str) -> Any:
+        users = used_by.get(name, [])
+        return users[0] if len(users) == 1 and users[0].op_type == op_type else None
+
+    folded = 0
+    for conv in [node for node in graph.node if node.op_type == kernels.CONV and node.domain == kernels.DOMAIN]:
+        add = only_use(conv.output[0], "Add")
+        cast = add and only_use(add.output[0], "Cast")
+        scale = cast and only_use(cast.output[0], "Mul")
+        if scale is None or helper.get_attribute_value(cast.attribute[0]) != TensorProto.FLOAT:
+            continue
+        column = made_by.get(next(name for name in add.input if name != conv.output[0]))
+        if column is None or column.op_type != "Reshape":
+            continue
+        shape = constants.get(column.input[1])
+        outs = constants[conv.input[1]].shape[1]
+        if shape is None or shape.tolist() not in ([-1, 1], [outs, 1], [1, -1, 1], [1, outs, 1]):
+            continue  # the bias [O] as a column: the function's Unsqueeze adds to the output as it did
+        factor = next(name for name in scale.input if name != cast.output[0])
+        at = list(graph.node).index(scale)
+        graph.node.insert(
+            at,
+            helper.make_node(
+                kernels.CONV_SCALED,
+                [*conv.input, column.input[0], factor],
+                list(scale.output),
+                conv.name + "/scaled",
+                domain=kernels.DOMAIN,
+                **{a.name: helper.get_attribute_value(a) for a in conv.attribute},
+            ),
+        )
+        for node in (conv, add, cast, scale):
+            graph.node.remove(node)
+        if len(used_by[column.output[0]]) == 1:
+            graph.node.remove(column)
+        folded += 1
+    return folded
 
 
 def _signed_weights(weight: Any, w_zero: int) -> tuple[Any, int]:
@@ -494,11 +552,12 @@ def _conv_integer_1d(graph: Any, conv: Any, weight: Any, w_zero: int, attrs: dic
     )
 
 
-def _conv_integer_1d_function(opset: int) -> Any:
-    """``kokoro.ConvInteger1d`` as a model-local function: ``_integer_matmul``'s arithmetic (pad with the zero
-    point, gather every tap's frames, the integer product, channel-major again), its constants from the node's
-    attributes, for a session that has no kernel for the op. The same integers as the kernel's, bit for bit."""
-    from onnx import AttributeProto, helper
+def _conv_integer_1d_function(op: str, opset: int) -> Any:
+    """``kokoro.ConvInteger1d`` (or ``ConvInteger1dScaled``) as a model-local function: ``_integer_matmul``'s
+    arithmetic (pad with the zero point, gather every tap's frames, the integer product, channel-major again; then
+    the bias added, made float and scaled), its constants from the node's attributes, for a session that has no
+    kernel for the op. The same arithmetic as the kernel's, bit for bit."""
+    from onnx import AttributeProto, TensorProto, helper
 
     def from_attribute(output: str, kind: str, attribute: str) -> Any:
         node = helper.make_node("Constant", [], [output])
@@ -540,12 +599,23 @@ def _conv_integer_1d_function(opset: int) -> Any:
         helper.make_node("Concat", ["batch_and_frames", "columns"], ["im2col_shape"], axis=0),
         helper.make_node("Reshape", ["gathered", "im2col_shape"], ["im2col"]),
         helper.make_node("MatMulInteger", ["im2col", "weight", "x_zero", "weight_zero"], ["product"]),
-        helper.make_node("Transpose", ["product"], ["y"], perm=[0, 2, 1]),
     ]
+    inputs = ["x", "weight", "x_zero", "weight_zero"]
+    if op == kernels.CONV:
+        body.append(helper.make_node("Transpose", ["product"], ["y"], perm=[0, 2, 1]))
+    else:
+        inputs += ["bias", "scale"]
+        body += [
+            helper.make_node("Transpose", ["product"], ["integers"], perm=[0, 2, 1]),
+            helper.make_node("Unsqueeze", ["bias", "column_axis"], ["bias_column"]),
+            helper.make_node("Add", ["integers", "bias_column"], ["biased"]),
+            helper.make_node("Cast", ["biased"], ["floats"], to=TensorProto.FLOAT),
+            helper.make_node("Mul", ["floats", "scale"], ["y"]),
+        ]
     return helper.make_function(
         kernels.DOMAIN,
-        kernels.CONV,
-        ["x", "weight", "x_zero", "weight_zero"],
+        op,
+        inputs,
         ["y"],
         body,
         [helper.make_opsetid("", opset)],

@@ -178,35 +178,56 @@ def test_a_session_asked_for_the_kernel_it_cannot_load_stops(model_dir: Path, mo
         session(model_dir / DECODER_GRAPH, threads=1, fused_snake=True)
 
 
-def one_conv(weight: np.ndarray, w_zero: int, dilation: int, pads: tuple[int, int]) -> bytes:
-    """A graph of one ConvInteger as the export writes it ([O, C, K] uint8 weights), made a kokoro.ConvInteger1d
-    node by the derivation's own rewrite."""
+def one_conv(
+    weight: np.ndarray, w_zero: int, dilation: int, pads: tuple[int, int], bias: np.ndarray | None = None
+) -> bytes:
+    """A graph of one ConvInteger as the export writes it ([O, C, K] uint8 weights), with ``bias`` its output's
+    requantization after it (an Add of the int32 bias reshaped [O, 1], a Cast to float, a Mul by the input
+    ``scale``), made a kokoro.ConvInteger1d node, or ConvInteger1dScaled, by the derivation's own rewrite."""
     channels = weight.shape[1]
-    x = helper.make_tensor_value_info("x", TensorProto.UINT8, [None, channels, None])
-    x_zero = helper.make_tensor_value_info("x_zero", TensorProto.UINT8, [])
-    y = helper.make_tensor_value_info("y", TensorProto.INT32, None)
+    inputs = [
+        helper.make_tensor_value_info("x", TensorProto.UINT8, [None, channels, None]),
+        helper.make_tensor_value_info("x_zero", TensorProto.UINT8, []),
+    ]
     initializers = [
         helper.make_tensor("w", TensorProto.UINT8, weight.shape, weight.tobytes(), raw=True),
         helper.make_tensor("w_zero", TensorProto.UINT8, [], [w_zero]),
     ]
-    conv = helper.make_node(
-        "ConvInteger", ["x", "w", "x_zero", "w_zero"], ["y"], "conv", dilations=[dilation], pads=list(pads)
-    )
+    nodes = [
+        helper.make_node(
+            "ConvInteger", ["x", "w", "x_zero", "w_zero"], ["conv"], "conv", dilations=[dilation], pads=list(pads)
+        )
+    ]
+    if bias is None:
+        y = helper.make_tensor_value_info("conv", TensorProto.INT32, None)
+    else:
+        inputs.append(helper.make_tensor_value_info("scale", TensorProto.FLOAT, []))
+        initializers += [
+            helper.make_tensor("bias", TensorProto.INT32, bias.shape, bias.tolist()),
+            helper.make_tensor("column", TensorProto.INT64, [2], [-1, 1]),
+        ]
+        nodes += [
+            helper.make_node("Reshape", ["bias", "column"], ["bias_column"]),
+            helper.make_node("Add", ["conv", "bias_column"], ["biased"]),
+            helper.make_node("Cast", ["biased"], ["floats"], to=TensorProto.FLOAT),
+            helper.make_node("Mul", ["floats", "scale"], ["y"]),
+        ]
+        y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
     model = helper.make_model(
-        helper.make_graph([conv], "conv", [x, x_zero], [y], initializers),
-        opset_imports=[helper.make_opsetid("", 20)],
+        helper.make_graph(nodes, "conv", inputs, [y], initializers), opset_imports=[helper.make_opsetid("", 20)]
     )
     assert conv_integer_as_matmul(model, direct=True) == 1
-    assert [node.op_type for node in model.graph.node] == [kernels.CONV]
+    assert [node.op_type for node in model.graph.node] == [kernels.CONV if bias is None else kernels.CONV_SCALED]
+    assert [f.name for f in model.functions] == [kernels.CONV if bias is None else kernels.CONV_SCALED]
     return model.SerializeToString()
 
 
-def convolve(graph: bytes, direct: bool, x: np.ndarray, x_zero: int, threads: int = 2) -> np.ndarray:
+def convolve(graph: bytes, direct: bool, feeds: dict[str, np.ndarray], threads: int = 2) -> np.ndarray:
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
     assert kernels.register(options, direct_conv=direct)
     made = ort.InferenceSession(graph, options, providers=["CPUExecutionProvider"])
-    (y,) = made.run(None, {"x": x, "x_zero": np.array(x_zero, np.uint8)})
+    (y,) = made.run(None, feeds)
     return np.asarray(y)
 
 
@@ -242,18 +263,26 @@ def test_the_direct_convolution_is_the_graphs_integers(
 ) -> None:
     """Every shape the kernel's blocks meet: one frame, the tails of its 48-frame blocks, dilations and pads, none
     out. The kernel (where this CPU is one it serves) and the op's function give the same integers as the
-    definition, whatever the zero points."""
+    definition, whatever the zero points; and with the output's bias and scale, the same floats as the export's
+    Add, Cast and Mul."""
     rng = np.random.default_rng(frames + 31 * taps)
     w_zero = int(rng.integers(100, 156))
     weight = rng.integers(max(0, w_zero - 128), min(256, w_zero + 128), (outs, channels, taps)).astype(np.uint8)
     x = rng.integers(0, 256, (2, channels, frames)).astype(np.uint8)
     x_zero = int(rng.integers(0, 256))
-    graph = one_conv(weight, w_zero, dilation, pads)
-    expected = reference(x, x_zero, weight, w_zero, dilation, pads)
-    for threads in (1, 2):
-        direct = convolve(graph, direct=True, x=x, x_zero=x_zero, threads=threads)
-        assert direct.shape == expected.shape and np.array_equal(direct, expected)
-    assert np.array_equal(convolve(graph, direct=False, x=x, x_zero=x_zero), expected)
+    bias = rng.integers(-(2**20), 2**20, outs).astype(np.int32)
+    scale = np.float32(rng.uniform(1e-6, 1e-3))
+    integers = reference(x, x_zero, weight, w_zero, dilation, pads)
+    scaled = ((integers + bias[:, None]).astype(np.int32).astype(np.float32) * scale).astype(np.float32)
+    feeds = {"x": x, "x_zero": np.array(x_zero, np.uint8)}
+    for graph, graph_feeds, expected in (
+        (one_conv(weight, w_zero, dilation, pads), feeds, integers),
+        (one_conv(weight, w_zero, dilation, pads, bias), feeds | {"scale": np.array(scale)}, scaled),
+    ):
+        for threads in (1, 2):
+            direct = convolve(graph, direct=True, feeds=graph_feeds, threads=threads)
+            assert direct.shape == expected.shape and np.array_equal(direct, expected)
+        assert np.array_equal(convolve(graph, direct=False, feeds=graph_feeds), expected)
 
 
 def test_weights_that_do_not_fit_the_kernel_keep_the_graphs_operators() -> None:
@@ -282,14 +311,18 @@ def test_weights_that_do_not_fit_the_kernel_keep_the_graphs_operators() -> None:
 
 
 def test_the_int8_generator_convolves_directly_where_the_cpu_suits_it(model_dir: Path) -> None:
-    """The int8 generator's 48 convolutions of its residual blocks are kernel nodes; the stages run the kernel
+    """The int8 generator's 48 convolutions of its residual blocks are kernel nodes; the stages run the kernels
     where this CPU is one it serves (AVX-512 VNNI, no AMX) and KOKORO_DIRECT_CONV leaves it on, and the audio is
     the graph's own, bit for bit."""
     layout = WeightLayout(model_dir)
     graphs = layout.stage_graphs(int8=True)
     model = onnx.load(str(graphs[2]))
-    assert [node.op_type for node in model.graph.node].count(kernels.CONV) == 48
-    assert {f.name for f in model.functions} == {kernels.SNAKE, kernels.CONV}
+    ops = [node.op_type for node in model.graph.node]
+    assert ops.count(kernels.CONV) + ops.count(kernels.CONV_SCALED) == 48 and "Cast" in ops
+    assert {f.name for f in model.functions} == {
+        kernels.SNAKE,
+        *(op for op in (kernels.CONV, kernels.CONV_SCALED) if op in ops),
+    }
     if not exact_int8_dot_products():
         return  # the int8 build does not run here
     direct = OnnxStages(*graphs, threads=2, priors=model_dir / NORM_PRIORS)

@@ -4,7 +4,7 @@
   one vectorised pass on the session's intra-op threads.
 - ``kokoro.ConvInteger1d``: the int8 generator's convolutions computed from their input as it lies (no im2col copy,
   no transposes) on the CPU's 8-bit dot products, where the CPU has AVX-512 VNNI and no AMX (with AMX, onnxruntime's
-  own product is faster).
+  own product is faster); ``kokoro.ConvInteger1dScaled``, the same with its output's bias and scale applied.
 
 The derived graphs hold each as a node with a model-local function of the operators it replaces; a session without
 the library, or without that op, runs the function: the export's arithmetic. So the library is an option: where it
@@ -27,6 +27,7 @@ log = logging.getLogger(__name__)
 DOMAIN = "kokoro"
 SNAKE = "Snake"
 CONV = "ConvInteger1d"
+CONV_SCALED = "ConvInteger1dScaled"  # the same, its output's bias and scale applied
 LIBRARY = Path(__file__).with_name("libkokoro_kernels.so")  # built by container/native/build.py
 
 _lock = threading.Lock()
