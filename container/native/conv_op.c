@@ -123,21 +123,6 @@ static void conv_block(void *data, size_t index) {
     }
 }
 
-#define TRY(call)                            \
-    do {                                     \
-        OrtStatus *status_ = (call);         \
-        if (status_ != NULL) return status_; \
-    } while (0)
-
-static OrtStatus *shape_of(const OrtValue *value, int64_t dims[3], size_t *rank) {
-    OrtTensorTypeAndShapeInfo *info;
-    TRY(ort->GetTensorTypeAndShape(value, &info));
-    OrtStatus *status = ort->GetDimensionsCount(info, rank);
-    if (status == NULL && *rank <= 3) status = ort->GetDimensions(info, dims, *rank);
-    ort->ReleaseTensorTypeAndShapeInfo(info);
-    return status;
-}
-
 static OrtStatus *ORT_API_CALL compute(void *kernel, OrtKernelContext *context) {
     const Conv *conv = kernel;
     const OrtValue *x, *x_zero;
@@ -145,7 +130,7 @@ static OrtStatus *ORT_API_CALL compute(void *kernel, OrtKernelContext *context) 
     TRY(ort->KernelContext_GetInput(context, 2, &x_zero));
     int64_t dims[3] = {0, 0, 0};
     size_t rank;
-    TRY(shape_of(x, dims, &rank));
+    TRY(tensor_shape(x, dims, &rank, NULL));
     if (rank != 3 || dims[1] != conv->channels)
         return ort->CreateStatus(ORT_INVALID_ARGUMENT, "kokoro.ConvInteger1d: x must be [N, C, T] with the weights' C");
     Job job = {.conv = conv, .length = dims[2]};
@@ -167,8 +152,8 @@ static OrtStatus *ORT_API_CALL compute(void *kernel, OrtKernelContext *context) 
         size_t bias_rank, scale_rank;
         TRY(ort->KernelContext_GetInput(context, 4, &bias));
         TRY(ort->KernelContext_GetInput(context, 5, &scale));
-        TRY(shape_of(bias, bias_dims, &bias_rank));
-        TRY(shape_of(scale, scale_dims, &scale_rank));
+        TRY(tensor_shape(bias, bias_dims, &bias_rank, NULL));
+        TRY(tensor_shape(scale, scale_dims, &scale_rank, NULL));
         if (bias_rank != 1 || bias_dims[0] != conv->outs || scale_rank != 0)
             return ort->CreateStatus(ORT_INVALID_ARGUMENT,
                                      "kokoro.ConvInteger1dScaled: the bias must be [O] and the scale one value");
@@ -214,7 +199,7 @@ static OrtStatus *pack_weights(Conv *conv, const OrtKernelInfo *info) {
     TRY(constant(info, 3, &weight_zero));
     int64_t dims[3] = {0, 0, 0};
     size_t rank;
-    TRY(shape_of(weight, dims, &rank));
+    TRY(tensor_shape(weight, dims, &rank, NULL));
     if (rank != 2 || dims[0] % conv->taps != 0 || (dims[0] / conv->taps) % 4 != 0 || dims[1] % OUT_BLOCK != 0)
         return ort->CreateStatus(ORT_INVALID_ARGUMENT,
                                  "kokoro.ConvInteger1d: weights must be [taps * C, O], C a multiple of 4, O of 8");
@@ -281,7 +266,6 @@ static OrtStatus *ORT_API_CALL create_kernel(const OrtCustomOp *op, const OrtApi
 static const char *ORT_API_CALL name(const OrtCustomOp *op) {
     return op == &conv_integer_1d_scaled ? "ConvInteger1dScaled" : "ConvInteger1d";
 }
-static const char *ORT_API_CALL provider(const OrtCustomOp *op) { (void)op; return "CPUExecutionProvider"; }
 static ONNXTensorElementDataType ORT_API_CALL input_type(const OrtCustomOp *op, size_t index) {
     (void)op;
     static const ONNXTensorElementDataType types[] = {
@@ -295,53 +279,13 @@ static ONNXTensorElementDataType ORT_API_CALL output_type(const OrtCustomOp *op,
     return op == &conv_integer_1d_scaled ? ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT : ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32;
 }
 static size_t ORT_API_CALL input_count(const OrtCustomOp *op) { return op == &conv_integer_1d_scaled ? 6 : 4; }
-static size_t ORT_API_CALL one(const OrtCustomOp *op) { (void)op; return 1; }
-static OrtCustomOpInputOutputCharacteristic ORT_API_CALL required(const OrtCustomOp *op, size_t index) {
-    (void)op, (void)index;
-    return INPUT_OUTPUT_REQUIRED;
-}
-static OrtMemType ORT_API_CALL on_cpu(const OrtCustomOp *op, size_t index) {
-    (void)op, (void)index;
-    return OrtMemTypeDefault;
-}
-static int ORT_API_CALL since_1(const OrtCustomOp *op) { (void)op; return 1; }
-static int ORT_API_CALL any_version(const OrtCustomOp *op) { (void)op; return 2147483647; }
 
-const OrtCustomOp conv_integer_1d = {
-    .version = ORT_API_VERSION,
-    .GetName = name,
-    .GetExecutionProviderType = provider,
-    .GetInputType = input_type,
-    .GetInputTypeCount = input_count,
-    .GetOutputType = output_type,
-    .GetOutputTypeCount = one,
-    .KernelDestroy = destroy_kernel,
-    .GetInputCharacteristic = required,
-    .GetOutputCharacteristic = required,
-    .GetInputMemoryType = on_cpu,
-    .CreateKernelV2 = create_kernel,
-    .KernelComputeV2 = compute,
-    .GetStartVersion = since_1,
-    .GetEndVersion = any_version,
-};
-
-const OrtCustomOp conv_integer_1d_scaled = {
-    .version = ORT_API_VERSION,
-    .GetName = name,
-    .GetExecutionProviderType = provider,
-    .GetInputType = input_type,
-    .GetInputTypeCount = input_count,
-    .GetOutputType = output_type,
-    .GetOutputTypeCount = one,
-    .KernelDestroy = destroy_kernel,
-    .GetInputCharacteristic = required,
-    .GetOutputCharacteristic = required,
-    .GetInputMemoryType = on_cpu,
-    .CreateKernelV2 = create_kernel,
-    .KernelComputeV2 = compute,
-    .GetStartVersion = since_1,
-    .GetEndVersion = any_version,
-};
+#define CONV_OP                                                                                                  \
+    KOKORO_CPU_OP(.GetName = name, .GetInputType = input_type, .GetInputTypeCount = input_count,                  \
+                  .GetOutputType = output_type, .CreateKernelV2 = create_kernel, .KernelComputeV2 = compute,      \
+                  .KernelDestroy = destroy_kernel)
+const OrtCustomOp conv_integer_1d = CONV_OP;
+const OrtCustomOp conv_integer_1d_scaled = CONV_OP;
 
 /* Whether the kernel serves this CPU: it needs AVX-512 with VNNI, and where the CPU has AMX, onnxruntime's own
  * product (MLAS's AMX kernel, three times VNNI's peak) serves the graph's function better. */

@@ -32,22 +32,6 @@ static void snake_row(void *data, size_t row) {
     }
 }
 
-#define TRY(call)                         \
-    do {                                  \
-        OrtStatus *status_ = (call);      \
-        if (status_ != NULL) return status_; \
-    } while (0)
-
-static OrtStatus *shape_of(const OrtValue *value, int64_t dims[3], size_t *rank, size_t *count) {
-    OrtTensorTypeAndShapeInfo *info;
-    TRY(ort->GetTensorTypeAndShape(value, &info));
-    OrtStatus *status = ort->GetDimensionsCount(info, rank);
-    if (status == NULL && *rank <= 3) status = ort->GetDimensions(info, dims, *rank);
-    if (status == NULL) status = ort->GetTensorShapeElementCount(info, count);
-    ort->ReleaseTensorTypeAndShapeInfo(info);
-    return status;
-}
-
 static OrtStatus *ORT_API_CALL compute(void *kernel, OrtKernelContext *context) {
     (void)kernel;
     const OrtValue *x, *a, *b;
@@ -56,9 +40,9 @@ static OrtStatus *ORT_API_CALL compute(void *kernel, OrtKernelContext *context) 
     TRY(ort->KernelContext_GetInput(context, 2, &b));
     int64_t dims[3] = {0, 0, 0}, unused[3];
     size_t rank, count, a_count, b_count, other_rank;
-    TRY(shape_of(x, dims, &rank, &count));
-    TRY(shape_of(a, unused, &other_rank, &a_count));
-    TRY(shape_of(b, unused, &other_rank, &b_count));
+    TRY(tensor_shape(x, dims, &rank, &count));
+    TRY(tensor_shape(a, unused, &other_rank, &a_count));
+    TRY(tensor_shape(b, unused, &other_rank, &b_count));
     if (rank != 3 || (int64_t)a_count != dims[1] || (int64_t)b_count != dims[1])
         return ort->CreateStatus(ORT_INVALID_ARGUMENT, "kokoro.Snake: x must be [N, C, T], a and b C values each");
     OrtValue *y;
@@ -80,38 +64,12 @@ static OrtStatus *ORT_API_CALL create_kernel(const OrtCustomOp *op, const OrtApi
 }
 static void ORT_API_CALL destroy_kernel(void *kernel) { (void)kernel; }
 static const char *ORT_API_CALL name(const OrtCustomOp *op) { (void)op; return "Snake"; }
-static const char *ORT_API_CALL provider(const OrtCustomOp *op) { (void)op; return "CPUExecutionProvider"; }
 static ONNXTensorElementDataType ORT_API_CALL float_type(const OrtCustomOp *op, size_t index) {
     (void)op, (void)index;
     return ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT;
 }
 static size_t ORT_API_CALL three(const OrtCustomOp *op) { (void)op; return 3; }
-static size_t ORT_API_CALL one(const OrtCustomOp *op) { (void)op; return 1; }
-static OrtCustomOpInputOutputCharacteristic ORT_API_CALL required(const OrtCustomOp *op, size_t index) {
-    (void)op, (void)index;
-    return INPUT_OUTPUT_REQUIRED;
-}
-static OrtMemType ORT_API_CALL on_cpu(const OrtCustomOp *op, size_t index) {
-    (void)op, (void)index;
-    return OrtMemTypeDefault;
-}
-static int ORT_API_CALL since_1(const OrtCustomOp *op) { (void)op; return 1; }
-static int ORT_API_CALL any_version(const OrtCustomOp *op) { (void)op; return 2147483647; }
 
-const OrtCustomOp snake = {
-    .version = ORT_API_VERSION,
-    .GetName = name,
-    .GetExecutionProviderType = provider,
-    .GetInputType = float_type,
-    .GetInputTypeCount = three,
-    .GetOutputType = float_type,
-    .GetOutputTypeCount = one,
-    .KernelDestroy = destroy_kernel,
-    .GetInputCharacteristic = required,
-    .GetOutputCharacteristic = required,
-    .GetInputMemoryType = on_cpu,
-    .CreateKernelV2 = create_kernel,
-    .KernelComputeV2 = compute,
-    .GetStartVersion = since_1,
-    .GetEndVersion = any_version,
-};
+const OrtCustomOp snake = KOKORO_CPU_OP(.GetName = name, .GetInputType = float_type, .GetInputTypeCount = three,
+                                         .GetOutputType = float_type, .CreateKernelV2 = create_kernel,
+                                         .KernelComputeV2 = compute, .KernelDestroy = destroy_kernel);

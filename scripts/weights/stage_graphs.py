@@ -263,6 +263,22 @@ def derive_stage_graphs(
             raise
 
 
+class _Uses:
+    """Which node makes each value of ``graph`` and which nodes read it, as the graph was when looked at."""
+
+    def __init__(self, graph: Any) -> None:
+        self.made_by = {output: node for node in graph.node for output in node.output}
+        self.used_by: dict[str, list[Any]] = {}
+        for node in graph.node:
+            for name in node.input:
+                self.used_by.setdefault(name, []).append(node)
+
+    def only_use(self, name: str, op_type: str) -> Any:
+        """The one node reading ``name``, where there is one and it is an ``op_type``; else None."""
+        users = self.used_by.get(name, [])
+        return users[0] if len(users) == 1 and users[0].op_type == op_type else None
+
+
 def snake_as_function(model: Any) -> int:
     """Replace each Snake activation, x + sin²(a·x)·b as the export computes it (Mul, Sin, Pow 2, Mul, Add; b = 1/a
     per channel), by one ``kokoro.Snake(x, a, b)`` node, and give the model that op as a local function of the same
@@ -273,15 +289,8 @@ def snake_as_function(model: Any) -> int:
 
     graph = model.graph
     constants = {init.name: numpy_helper.to_array(init) for init in graph.initializer}
-    made_by = {output: node for node in graph.node for output in node.output}
-    used_by: dict[str, list[Any]] = {}
-    for node in graph.node:
-        for name in node.input:
-            used_by.setdefault(name, []).append(node)
-
-    def only_use(name: str, op_type: str) -> Any:
-        users = used_by.get(name, [])
-        return users[0] if len(users) == 1 and users[0].op_type == op_type else None
+    uses = _Uses(graph)
+    made_by, used_by, only_use = uses.made_by, uses.used_by, uses.only_use
 
     chains = []
     for sin in [node for node in graph.node if node.op_type == "Sin"]:
@@ -458,15 +467,8 @@ def _scaled_outputs(graph: Any) -> int:
     from onnx import TensorProto, helper, numpy_helper
 
     constants = {init.name: numpy_helper.to_array(init) for init in graph.initializer}
-    made_by = {output: node for node in graph.node for output in node.output}
-    used_by: dict[str, list[Any]] = {}
-    for node in graph.node:
-        for name in node.input:
-            used_by.setdefault(name, []).append(node)
-
-    def only_use(name: str, op_type: str) -> Any:
-        users = used_by.get(name, [])
-        return users[0] if len(users) == 1 and users[0].op_type == op_type else None
+    uses = _Uses(graph)
+    made_by, used_by, only_use = uses.made_by, uses.used_by, uses.only_use
 
     folded = 0
     for conv in [node for node in graph.node if node.op_type == kernels.CONV and node.domain == kernels.DOMAIN]:
