@@ -1,13 +1,14 @@
 /* kokoro.ConvInteger1d, an onnxruntime custom op: a 1-D integer convolution of uint8 activations by int8 weights,
  * y[n, o, t] = sum over tap k and channel c of (x[n, c, t + k * dilation - pad] - x_zero) * (w[k, c, o] - w_zero),
  * int32 out, exactly the integers of the derived graphs' im2col MatMulInteger (scripts/weights/stage_graphs.py).
- * kokoro.ConvInteger1dScaled also takes the int32 bias and the float scale that follow it in the graph, and writes
- * float(y + bias[o]) * scale: the same arithmetic as the Add, Cast and Mul it replaces, without three passes. 
  * There, each convolution is a Transpose to time-major, a Pad, a Gather of every tap's frames, the product and a
  * Transpose back: passes over memory that cost the generator as much as a third of its products (docs/engine.md).
  * Here the input is repacked once into groups of four channels interleaved along time, so that a tap is an offset
  * into the same rows (no im2col), and the products run on the CPU's 8-bit dot products (AVX-512 VNNI), 16 output
- * frames a register, written channel-major as they are made. */
+ * frames a register, written channel-major as they are made.
+ * kokoro.ConvInteger1dScaled also takes the int32 bias and the float scale that follow the product in the graph, and
+ * writes float(y + bias[o]) * scale: the same arithmetic as the Add, Cast and Mul it replaces, without their three
+ * passes over the output. */
 #include <cpuid.h>
 #include <immintrin.h>
 #include <stdint.h>
@@ -168,8 +169,8 @@ static OrtStatus *ORT_API_CALL compute(void *kernel, OrtKernelContext *context) 
     /* Which is faster depends on the output count (measured: docs/engine.md): with few output rows the input's
      * reuse wins, with many the writes in order do. */
     job.outs_inner = conv->outs <= 128;
-    job.row_len = job.time_blocks * TIME_BLOCK + reach; /* every block's reads stay inside its row */
-    if (job.row_len < conv->pad_before + dims[2] + conv->pad_after) job.row_len = conv->pad_before + dims[2] + conv->pad_after;
+    /* Every block's reads stay inside its row; at least the padded input, as time_blocks * TIME_BLOCK >= out_length. */
+    job.row_len = job.time_blocks * TIME_BLOCK + reach;
     const size_t rows = (size_t)(dims[0] * conv->channels / 4);
     job.rows = aligned_alloc(64, (rows * (size_t)job.row_len * 4 + 63) / 64 * 64);
     if (job.rows == NULL) return ort->CreateStatus(ORT_FAIL, "kokoro.ConvInteger1d: out of memory");

@@ -212,7 +212,7 @@ def derive_stage_graphs(
     """Cut the monolithic export into the front, features and generator graphs at ``dest`` (onnx is needed at
     build time only); ``dft_as_conv``: the harmonic source's STFT computed by a convolution (that one changes the
     rounding: ``stft_as_conv``); ``conv_as_matmul``: the convolutions as integer matrix products
-    (``conv_integer_as_matmul``), the generator's as ``kokoro.ConvInteger1d`` nodes. The generator's Snake
+    (``conv_integer_as_matmul``), the generator's as ``kokoro.ConvInteger1dScaled`` nodes. The generator's Snake
     activations become ``kokoro.Snake`` nodes either way (``snake_as_function``: the same arithmetic until the fused
     kernel is registered)."""
     import numpy as np
@@ -326,13 +326,12 @@ def snake_as_function(model: Any) -> int:
         helper.make_node("Mul", ["squared", "b"], ["weighed"]),
         helper.make_node("Add", ["x", "weighed"], ["y"]),
     ]
-    model.functions.append(
+    _add_kernel_function(
+        model,
         helper.make_function(
             kernels.DOMAIN, kernels.SNAKE, ["x", "a", "b"], ["y"], body, [helper.make_opsetid("", opset)]
-        )
+        ),
     )
-    if not any(o.domain == kernels.DOMAIN for o in model.opset_import):
-        model.opset_import.append(helper.make_opsetid(kernels.DOMAIN, 1))
     exponents = {square.input[1] for (_, _, square, _, _), *_ in chains}
     used = {name for node in graph.node for name in node.input}  # onnxruntime warns of unused initializers
     for init in [i for i in graph.initializer if i.name in exponents - used]:
@@ -403,7 +402,8 @@ def conv_integer_as_matmul(model: Any, direct: bool = False) -> int:
     uint8 x uint8 path only, where uint8 x int8 has a kernel built on the CPU's dot-product instructions (VNNI),
     with the weights packed once at load. Measured on 2 cores (AVX512-VNNI): the generator 1.6-1.75x faster, the
     front 1.4x. ``direct``: each convolution the direct kernel takes (``_direct``) becomes one
-    ``kokoro.ConvInteger1d`` node instead, with that arithmetic as the op's model-local function (the kernel:
+    ``kokoro.ConvInteger1d`` node instead (``kokoro.ConvInteger1dScaled`` where its output's requantization follows:
+    ``_scaled_outputs``), with that arithmetic as the op's model-local function (the kernel:
     container/native/conv_op.c); returns how many.
 
     Per convolution: the input transposed to [B, T, C] and padded with its zero point (as ConvInteger pads), its
@@ -435,11 +435,12 @@ def conv_integer_as_matmul(model: Any, direct: bool = False) -> int:
         ):
             continue
         replaced |= {node.input[1], node.input[3]}
-        if direct and _direct(weight, int(w_zero.reshape(())), attrs):
-            nodes = [_conv_integer_1d(graph, node, weight, int(w_zero.reshape(())), attrs)]
+        zero = int(w_zero.reshape(()))
+        if direct and _direct(weight, zero, attrs):
+            nodes = [_conv_integer_1d(graph, node, weight, zero, attrs)]
             kernel_nodes += 1
         else:
-            nodes = _integer_matmul(graph, node, weight, int(w_zero.reshape(())), attrs)
+            nodes = _integer_matmul(graph, node, weight, zero, attrs)
         del graph.node[index]
         for offset, new_node in enumerate(nodes):
             graph.node.insert(index + offset, new_node)
@@ -450,20 +451,26 @@ def conv_integer_as_matmul(model: Any, direct: bool = False) -> int:
         _scaled_outputs(graph)
         opset = next(o.version for o in model.opset_import if o.domain in ("", "ai.onnx"))
         ops = {node.op_type for node in graph.node if node.domain == kernels.DOMAIN}
-        model.functions.extend(
-            _conv_integer_1d_function(op, opset) for op in (kernels.CONV, kernels.CONV_SCALED) if op in ops
-        )
-        if not any(o.domain == kernels.DOMAIN for o in model.opset_import):
-            model.opset_import.append(helper.make_opsetid(kernels.DOMAIN, 1))
+        for op in (kernels.CONV, kernels.CONV_SCALED):
+            if op in ops:
+                _add_kernel_function(model, _conv_integer_1d_function(op, opset))
     return kernel_nodes
+
+
+def _add_kernel_function(model: Any, function: Any) -> None:
+    """``function`` (an op of the kernels' domain) into ``model``, which then imports that domain."""
+    from onnx import helper
+
+    model.functions.append(function)
+    if not any(o.domain == kernels.DOMAIN for o in model.opset_import):
+        model.opset_import.append(helper.make_opsetid(kernels.DOMAIN, 1))
 
 
 def _scaled_outputs(graph: Any) -> int:
     """Each ``kokoro.ConvInteger1d`` whose int32 output only goes through the export's requantization (an Add of its
-    int32 bias reshaped [O, 1] (quantized each run by the input's scale), a Cast to float, a Mul by the scale)
-    becomes one
-    ``kokoro.ConvInteger1dScaled`` taking that bias and scale: the same arithmetic, without three passes over the
-    output. Returns how many."""
+    int32 bias, quantized each run by the input's scale, reshaped [O, 1]; a Cast to float; a Mul by the scale)
+    becomes one ``kokoro.ConvInteger1dScaled`` taking that bias and scale: the same arithmetic, without three passes
+    over the output. Returns how many."""
     from onnx import TensorProto, helper, numpy_helper
 
     constants = {init.name: numpy_helper.to_array(init) for init in graph.initializer}

@@ -178,12 +178,12 @@ def test_a_session_asked_for_the_kernel_it_cannot_load_stops(model_dir: Path, mo
         session(model_dir / DECODER_GRAPH, threads=1, fused_snake=True)
 
 
-def one_conv(
+def exported_conv(
     weight: np.ndarray, w_zero: int, dilation: int, pads: tuple[int, int], bias: np.ndarray | None = None
-) -> bytes:
+) -> onnx.ModelProto:
     """A graph of one ConvInteger as the export writes it ([O, C, K] uint8 weights), with ``bias`` its output's
     requantization after it (an Add of the int32 bias reshaped [O, 1], a Cast to float, a Mul by the input
-    ``scale``), made a kokoro.ConvInteger1d node, or ConvInteger1dScaled, by the derivation's own rewrite."""
+    ``scale``)."""
     channels = weight.shape[1]
     inputs = [
         helper.make_tensor_value_info("x", TensorProto.UINT8, [None, channels, None]),
@@ -213,9 +213,17 @@ def one_conv(
             helper.make_node("Mul", ["floats", "scale"], ["y"]),
         ]
         y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
-    model = helper.make_model(
+    return helper.make_model(
         helper.make_graph(nodes, "conv", inputs, [y], initializers), opset_imports=[helper.make_opsetid("", 20)]
     )
+
+
+def one_conv(
+    weight: np.ndarray, w_zero: int, dilation: int, pads: tuple[int, int], bias: np.ndarray | None = None
+) -> bytes:
+    """``exported_conv``'s graph made a kokoro.ConvInteger1d node, or ConvInteger1dScaled, by the derivation's own
+    rewrite."""
+    model = exported_conv(weight, w_zero, dilation, pads, bias)
     assert conv_integer_as_matmul(model, direct=True) == 1
     assert [node.op_type for node in model.graph.node] == [kernels.CONV if bias is None else kernels.CONV_SCALED]
     assert [f.name for f in model.functions] == [kernels.CONV if bias is None else kernels.CONV_SCALED]
@@ -292,20 +300,7 @@ def test_weights_that_do_not_fit_the_kernel_keep_the_graphs_operators() -> None:
     for shape, w_zero in (((6, 4, 3), 128), ((8, 6, 3), 128), ((8, 4, 3), 0)):
         weight = rng.integers(0, 256, shape).astype(np.uint8)
         weight.flat[0] = 255  # 255 less a zero point of 0 is no int8
-        model = helper.make_model(
-            helper.make_graph(
-                [helper.make_node("ConvInteger", ["x", "w", "x_zero", "w_zero"], ["y"], "conv", pads=[1, 1])],
-                "conv",
-                [helper.make_tensor_value_info("x", TensorProto.UINT8, [1, shape[1], None])],
-                [helper.make_tensor_value_info("y", TensorProto.INT32, None)],
-                [
-                    helper.make_tensor("w", TensorProto.UINT8, shape, weight.tobytes(), raw=True),
-                    helper.make_tensor("w_zero", TensorProto.UINT8, [], [w_zero]),
-                    helper.make_tensor("x_zero", TensorProto.UINT8, [], [3]),
-                ],
-            ),
-            opset_imports=[helper.make_opsetid("", 20)],
-        )
+        model = exported_conv(weight, w_zero, dilation=1, pads=(1, 1))
         assert conv_integer_as_matmul(model, direct=True) == 0
         assert "MatMulInteger" in {node.op_type for node in model.graph.node} and not model.functions
 

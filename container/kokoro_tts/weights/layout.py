@@ -11,7 +11,7 @@ ROOT/kokoro-stage-features-pooled.onnx  optional: the decoder's frame-rate block
 ROOT/kokoro-stage-generator-pooled-snake.onnx  optional: the vocoder's generator (`derive-stages`); the norms of
                                   these two take pooled statistics, its Snake activations are kokoro.Snake nodes
 ROOT/kokoro-stage-*-vnni.onnx     optional: the same three, their convolutions as int8 matrix products (the
-                                  generator's as kokoro.ConvInteger1d nodes: "-conv")
+                                  generator's as kokoro.ConvInteger1dScaled nodes: "-conv")
 ROOT/kokoro-norm-priors.npz       optional: each voice's priors for the pooled statistics
 ROOT/voices/<name>.bin   voice packs: little-endian float32, 510 × 256
 ROOT/manifest.json       {"model", "source", "files": {path: {"sha256", "bytes"}}}, written last
