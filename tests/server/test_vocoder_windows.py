@@ -496,6 +496,49 @@ def test_the_decoders_speed_is_learnt_without_the_first_windows_prefix() -> None
     assert fixed == pytest.approx(NOMINAL[0]) and per_frame == pytest.approx(NOMINAL[1])
 
 
+def test_the_very_first_window_teaches_nothing_while_its_prefix_cost_is_unknown() -> None:
+    # The engine's first window of all also made its input from a prefix, at a cost not yet learnt: read as decoding,
+    # it put a fixed cost of 50 ms into the line (a tenth of that is real) on half the server starts.
+    inputs, decoder = DecoderSpeed(), FakeDecoder(*NOMINAL)
+    windows = ChunkWindows(decoder, 120, PLAN, DecoderSpeed(), clock=decoder.clock, inputs=inputs)
+    windows.decode(10, every_core=True)
+    assert not windows.speed.known
+    inputs.add(120, 0.02)
+    for size in (30, 80):
+        windows.decode(size, every_core=True)
+    assert windows.speed.line() == (pytest.approx(NOMINAL[0]), pytest.approx(NOMINAL[1]))
+
+
+# Measured on the 2-core AMD EPYC with the int8 kernels: a window's decoding alone on both cores (fixed, per frame)
+# as a server start's fit read it, and the same windows one core each, side by side with another worker's.
+ALONE, SIDE_BY_SIDE = (0.051, 0.00307), (0.0064, 0.00437)
+
+
+def test_windows_side_by_side_learn_and_are_planned_on_their_own_line() -> None:
+    # Six streams' jobs on two workers: planned at the line of a job alone, each of the six taking both cores in
+    # turn, no first window keeps up (the fixed cost counted six times), so each stream got the smallest and then a
+    # gap of up to a second. Planned at the side-by-side line, three jobs to a worker, a 27-frame first window does.
+    inputs = speed_of(0.0, 0.0004)
+    assert PLAN.first_size(81, speed_of(*ALONE), share=6.0, inputs=inputs) == PLAN.first
+    assert PLAN.first_size(81, speed_of(*SIDE_BY_SIDE), share=3.0, inputs=inputs) == 27
+    decoder = FakeDecoder(*SIDE_BY_SIDE)
+    alone, side = speed_of(*ALONE), DecoderSpeed()
+    windows = ChunkWindows(decoder, 81, PLAN, alone, decoder.clock, inputs, side=side)
+    windows.next_window(lambda: 0.0, 6.0, every_core=False, workers=2)
+    assert windows.start == PLAN.first and not side.known  # nothing learnt side by side yet: the line alone
+    for size in (20, 50):
+        windows.decode(size, every_core=False)
+    assert side.line() == (pytest.approx(SIDE_BY_SIDE[0]), pytest.approx(SIDE_BY_SIDE[1]))
+    assert alone.line() == (pytest.approx(ALONE[0]), pytest.approx(ALONE[1]))  # untouched by side-by-side jobs
+    again = ChunkWindows(decoder, 81, PLAN, alone, decoder.clock, inputs, side=side)
+    again.next_window(lambda: 0.0, 6.0, every_core=False, workers=2)
+    assert again.start == 27
+    # A job alone still plans at the line alone, the share taking the whole machine in turn.
+    alone_job = ChunkWindows(decoder, 81, PLAN, alone, decoder.clock, inputs, side=side)
+    alone_job.next_window(lambda: 0.0, 6.0, every_core=True, workers=2)
+    assert alone_job.start == PLAN.first
+
+
 def test_the_whole_input_is_made_once_before_the_second_window_and_its_cost_learnt() -> None:
     decoder, inputs, made = FakeDecoder(*NOMINAL), DecoderSpeed(), []
 

@@ -57,6 +57,7 @@ PHONEMES_JOB, FIRST_AUDIO_JOB, AUDIO_JOB = "phonemes", "first_audio", "audio"
 # Timed rounds of the throughput measurement, the fastest kept: work outside it (requests answered not_ready during
 # the warm-up, a busy neighbour) only ever slows a round, so the best is the one least disturbed.
 MEASURE_ROUNDS = 3
+SPEED_ROUNDS = 2  # the warm-up's passes of unpaced windows that the decoder speed is learnt from
 RECHECK_IDLE_S = 300.0  # how often the measurement is taken again, when the engine is idle then
 
 
@@ -103,6 +104,7 @@ class TTSEngine:
         # its second window does first (backends/stages.py).
         self.decoder_speed = DecoderSpeed()
         self.input_speed = DecoderSpeed()
+        self.side_speed = DecoderSpeed()  # the decoder's speed in a job side by side with others (engine/windows.py)
         self._utterances = itertools.count(1)  # names each stream's jobs in the scheduler's history: "u7 window 2"
         # Text is made in pure Python, which holds the GIL: one thread for it, so a burst of long texts is a queue
         # there, not a crowd of threads the event loop must win the GIL from for every /ping.
@@ -151,6 +153,11 @@ class TTSEngine:
         texts = self._text_chunks(request)
         for text in texts:
             self._synthesize_chunk(text, request, every_core=True)
+        # Windows of growing sizes, alone on the machine: the decoder speed's line, which the first streams are planned
+        # by, is fitted to more than one sentence's two or three paced windows (docs/engine.md).
+        for _ in range(SPEED_ROUNDS if self.windowed else 0):
+            for text in texts:
+                self._synthesize_chunk(text, request, every_core=True, paced=False)
         # The one-thread sessions' first run is slow (backends/ort_sessions.py), as is a GPU's first batch: untimed.
         if self.backend.parallel_jobs > 1 or self._copies > 1:
             self._as_under_load(texts, request)
@@ -337,13 +344,19 @@ class TTSEngine:
                     self.decoder_speed,
                     inputs=self.input_speed,
                     complete=partial(stages.complete, prosody),
+                    side=self.side_speed,
                 )
                 if not decoding.ended:  # else kept by nothing once this job returns
                     decoding.windows = windows
                     decoding.words = batch_words(decoding.batch, prosody.durations, timing.cursor)
             # The loop's clock is time.monotonic: the seconds of audio still queued ahead of this window.
             pcm = float_to_pcm16(
-                windows.next_window(lambda: deadline - time.monotonic(), self.scheduler.share(), every_core=every_core)
+                windows.next_window(
+                    lambda: deadline - time.monotonic(),
+                    self.scheduler.share(),
+                    every_core=every_core,
+                    workers=self.scheduler.workers,
+                )
             )
             # The words starting in this window (the last window takes the rest).
             ends = windows.start * SAMPLES_PER_FRAME if not windows.done else None
@@ -377,9 +390,12 @@ class TTSEngine:
             return await asyncio.get_running_loop().run_in_executor(self._text_thread, self._batches, text, request)
         return await self.scheduler.run(partial(self._phonemes, text, request), due, label, PHONEMES_JOB)
 
-    def _synthesize_chunk(self, text: str, request: SpeechRequest, every_core: bool = True) -> np.ndarray:
-        """A text chunk's whole audio, as the server makes it (in paced windows when windowed), in this thread
-        (``every_core``: with every core to itself, or side by side with others)."""
+    def _synthesize_chunk(
+        self, text: str, request: SpeechRequest, every_core: bool = True, paced: bool = True
+    ) -> np.ndarray:
+        """A text chunk's whole audio, as the server makes it (in paced windows when windowed; ``paced`` False: in
+        the plan's growing windows), in this thread (``every_core``: with every core to itself, or side by side with
+        others)."""
         pieces: list[np.ndarray] = []
         for tokens in self._token_batches(text, request):
             style = request.voice.style(len(tokens))
@@ -390,10 +406,12 @@ class TTSEngine:
                     partial(stages.decode, prosody, pool=pool),
                     prosody.frames,
                     self.window_plan,
+                    paced=paced,
                     speed=self.decoder_speed,
                     inputs=self.input_speed,
                     complete=partial(stages.complete, prosody),
                     every_core=every_core,
+                    side=self.side_speed,
                 )
             else:
                 pieces.append(self.backend.synthesize(tokens, style, request.speed, every_core=every_core))

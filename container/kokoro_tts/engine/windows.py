@@ -21,8 +21,8 @@ No window, first or later, takes
 more than ``longest_s`` of decoding alone: a huge first window would keep the first audio waiting for seconds, and a
 client who leaves would still pay for a huge later one. When no first window up to that keeps up (a loaded
 machine), the first window is ``first`` and the rest follows in windows of ``longest``: a gap, not a long wait. Under
-load: a stream whose windows take turns with k others' gets a k-th of the decoder (``share``), its first window
-stays ``first``, and its first audio comes as soon as the sessions ahead of it allow.
+load: a stream whose windows take turns with k others' gets a k-th of the decoder (``share``). A job alone has every
+core, and jobs side by side a core each, so each kind is planned at the speed learnt from windows decoded that way.
 """
 
 from __future__ import annotations
@@ -55,10 +55,10 @@ class Complete(Protocol):
 
 
 class DecoderSpeed:
-    """What decoding a window costs on the whole machine, learnt from the windows decoded last by a job running alone
-    (on every core: backends/ort_sessions.py): a fixed cost per call (the generator's many small nodes) plus a cost
-    per frame, fitted by least squares; in proportion to the frames until two window sizes have been seen. Empty
-    (``known`` False) until the first window."""
+    """What decoding a window costs, learnt from the windows decoded last the way the ones it plans will be: by a job
+    running alone (on every core: backends/ort_sessions.py), or by one of several side by side (a core each). A fixed
+    cost per call (the generator's many small nodes) plus a cost per frame, fitted by least squares; in proportion to
+    the frames until two window sizes have been seen. Empty (``known`` False) until the first window."""
 
     SAMPLES = 16  # the latest windows the fit uses: recent enough to follow the machine's load
 
@@ -250,6 +250,7 @@ class ChunkWindows:
         clock: Callable[[], float] = time.perf_counter,
         inputs: DecoderSpeed | None = None,
         complete: Complete | None = None,
+        side: DecoderSpeed | None = None,
     ) -> None:
         self._decode, self.frames, self.plan, self._clock = decode, frames, plan, clock
         self.inputs = inputs  # what making the generator's input costs (``WindowPlan.paced_cost``)
@@ -260,38 +261,49 @@ class ChunkWindows:
         self._held = np.zeros(0, dtype=np.float32)  # the previous window's overhang
         self.start = 0  # the first aligned frame not yet decoded
         self.count = 0  # windows decoded so far
-        # The decoder's speed, learnt from every window decoded (the engine shares one across its streams, so a
-        # chunk's first window is planned from the windows before it).
+        # The decoder's speed, learnt from the windows decoded alone (the engine shares one across its streams, so a
+        # chunk's first window is planned from the windows before it); ``side``: from those decoded side by side,
+        # whose fixed cost per call is a fraction of a job alone's (docs/engine.md).
         self.speed = speed if speed is not None else DecoderSpeed()
+        self.side = side
 
     @property
     def done(self) -> bool:
         return self.start >= self.frames
 
-    def next_size(self, queued_s: float, share: float = 1.0) -> int:
-        """The next window's size when ``queued_s`` seconds of audio are still to play ahead of it: the first
-        window by ``WindowPlan.first_size``, the later ones paced (``WindowPlan.paced_size``)."""
+    def next_size(self, queued_s: float, share: float = 1.0, speed: DecoderSpeed | None = None) -> int:
+        """The next window's size when ``queued_s`` seconds of audio are still to play ahead of it, at ``speed``
+        (default: ``self.speed``'s): the first window by ``WindowPlan.first_size``, the later ones paced
+        (``WindowPlan.paced_size``)."""
+        speed = speed if speed is not None else self.speed
         if not self.start:
-            return self.plan.first_size(self.frames, self.speed, queued_s, share, self.inputs)
-        paced, rest = self.plan.paced_size(queued_s, self.speed, share), self.frames - self.start
+            return self.plan.first_size(self.frames, speed, queued_s, share, self.inputs)
+        paced, rest = self.plan.paced_size(queued_s, speed, share), self.frames - self.start
         if not paced:
-            return self.plan.longest(self.speed)  # behind: the rest as fast as it can be made
-        if self.count + 1 >= self.plan.windows(self.frames, self.speed) and paced >= rest:
+            return self.plan.longest(speed)  # behind: the rest as fast as it can be made
+        if self.count + 1 >= self.plan.windows(self.frames, speed) and paced >= rest:
             return rest  # the last window: the rest
         # A window more than planned when the rest would not be ready in time (the machine slower than learnt).
         return paced
 
-    def next_window(self, queued_s: Callable[[], float], share: float = 1.0, *, every_core: bool) -> np.ndarray:
+    def next_window(
+        self, queued_s: Callable[[], float], share: float = 1.0, *, every_core: bool, workers: int = 1
+    ) -> np.ndarray:
         """Audio of the next window, sized by ``next_size`` against the audio still queued ahead of it (``queued_s``,
         asked after the chunk's whole input is made: the second window's job makes it first, once, and its cost is
-        learnt into ``inputs``). ``every_core``: whether this window's job has every core (the scheduler's say)."""
+        learnt into ``inputs``). ``every_core``: whether this window's job has every core (the scheduler's say);
+        ``share``: the jobs taking turns on the ``workers``. A job alone is planned at ``speed``, each of the share
+        taking the whole machine in turn; one side by side at ``side`` once known, its worker's jobs taking turns."""
+        speed = self.speed
+        if not every_core and self.side is not None and self.side.known:
+            speed, share = self.side, max(1.0, share / workers)
         if self.start and self._complete is not None:
             began = self._clock()
             self._complete(every_core=every_core)
             if every_core and self.inputs is not None:  # the machine's own speed, as ``speed`` learns it
                 self.inputs.add(self.frames, self._clock() - began)
             self._complete = None
-        return self.decode(self.next_size(queued_s(), share), every_core=every_core)
+        return self.decode(self.next_size(queued_s(), share, speed), every_core=every_core)
 
     def decode(self, size: int, *, every_core: bool) -> np.ndarray:
         """Audio of the next window of about ``size`` frames (a short tail is merged in: ``WindowPlan.stop``), by a
@@ -301,11 +313,17 @@ class ChunkWindows:
         lo, hi = plan.span(start, stop, self.frames)
         began = self._clock()
         audio = self._decode(lo, hi, every_core=every_core)
-        if every_core:  # the machine's own speed: a stream's share of it is the scheduler's to say
-            seconds = self._clock() - began
-            if not start:  # a first window also made its input, from a prefix of the chunk (backends/stages.py)
+        # A first window also made its input from a prefix of the chunk (backends/stages.py): its decoding took that
+        # less, and nothing is learnt while that cost is unknown (the engine's very first window). Side by side, the
+        # prefix's cost is not learnt at all.
+        prefix_known = start or self.inputs is None or self.inputs.known
+        seconds = self._clock() - began
+        if every_core and prefix_known:
+            if not start:
                 seconds -= plan.prefix_cost(hi, self.frames, self.inputs)
             self.speed.add(hi - lo, seconds)
+        elif not every_core and start and self.side is not None:
+            self.side.add(hi - lo, seconds)
         keep_to = min(stop + plan.crossfade, self.frames)
         piece = audio[(start - lo) * SAMPLES_PER_FRAME : (keep_to - lo) * SAMPLES_PER_FRAME].copy()
         held, ramp = self._held, self._ramp
@@ -327,14 +345,15 @@ def decode_in_windows(
     inputs: DecoderSpeed | None = None,
     complete: Complete | None = None,
     every_core: bool = True,
+    side: DecoderSpeed | None = None,
 ) -> Iterator[np.ndarray]:
     """Yield the chunk's audio window by window, as the engine's jobs make it; joined, the pieces are as long as
     the whole chunk's audio. ``paced``: size windows by the decoder's measured speed (module docstring; ``speed``:
     what was learnt on chunks before, for the first window; ``inputs``, ``complete``: ``ChunkWindows``'), playback
     starting with the first window; else ``plan.bounds``. What the caller does between two windows counts against
     the audio queued. ``every_core``: whether this thread has every core (a warm-up's second round runs side by
-    side)."""
-    windows = ChunkWindows(decode, frames, plan, speed, clock, inputs, complete)
+    side, learning ``side``)."""
+    windows = ChunkWindows(decode, frames, plan, speed, clock, inputs, complete, side)
     fixed = iter(plan.bounds(frames))
     yielded_s, playing_since = 0.0, 0.0
 
