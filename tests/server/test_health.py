@@ -6,10 +6,21 @@ import json
 from pathlib import Path
 
 import httpx
+from kokoro_tts.engine.backends import kernels
 from kokoro_tts.weights.layout import WeightLayout
 from support.inproc_server import RunningServer
 
-HEALTH_KEYS = {"status", "backend", "device", "model_file", "model_sha256", "fused_snake", "batch", "version"}
+HEALTH_KEYS = {
+    "status",
+    "backend",
+    "device",
+    "model_file",
+    "model_sha256",
+    "fused_snake",
+    "direct_conv",
+    "batch",
+    "version",
+}
 
 
 def test_health_reports_what_is_serving(server: RunningServer, model_dir: Path) -> None:
@@ -22,6 +33,8 @@ def test_health_reports_what_is_serving(server: RunningServer, model_dir: Path) 
     assert health["model_file"] == "kokoro.onnx"
     assert health["model_sha256"] == manifest.files["kokoro.onnx"].sha256
     assert health["fused_snake"] is True  # built by make install (tests/server/test_native_kernels.py)
+    # On by default wherever the library serves this CPU (AVX-512 VNNI without AMX); the function elsewhere.
+    assert health["direct_conv"] is kernels.direct_conv_runs()
     assert health["batch"] == 1  # the onnx stages take one chunk a call
     assert health["version"] == "0.1.0"
 

@@ -31,9 +31,9 @@ CUSTOM_ATTRIBUTES = "x-amzn-sagemaker-custom-attributes"
 
 
 def health_document(engine: TTSEngine) -> dict[str, Any]:
-    """{status, backend, device, model_file, model_sha256 (from the layout's manifest), fused_snake (whether the
-    generator runs the fused Snake kernel: engine/backends/kernels.py), batch (how many streams' chunks one model call
-    takes at most: engine/scheduler.py), version}."""
+    """{status, backend, device, model_file, model_sha256 (from the layout's manifest), fused_snake and direct_conv
+    (whether the generator runs the fused Snake kernel, the direct int8 convolution: engine/backends/kernels.py),
+    batch (how many streams' chunks one model call takes at most: engine/scheduler.py), version}."""
     from importlib.metadata import PackageNotFoundError, version
 
     from kokoro_tts.weights.layout import LayoutError, WeightLayout
@@ -54,6 +54,7 @@ def health_document(engine: TTSEngine) -> dict[str, Any]:
         "model_file": backend.model_file,
         "model_sha256": entry.sha256 if entry else None,
         "fused_snake": engine.fused_snake,
+        "direct_conv": engine.direct_conv,
         "batch": engine.backend.batch_limit,
         "version": package_version,
     }
