@@ -42,8 +42,9 @@ def words(text: str) -> list[str]:
 def word_errors(reference: str, hypothesis: str) -> tuple[int, int]:
     """(edit distance in words, number of reference words).
 
-    A word written as two, or two as one ("goodbye" heard as "good bye"), is a spelling variant, not a
-    mishearing: it counts as a match.
+    A word written as two, or two as one ("goodbye" heard as "good bye", or as "good by", Whisper's spelling of the
+    same sounds), is a spelling variant, not a mishearing: it counts as a match when the halves, joined, spell it
+    but for one letter.
     """
     ref, hyp = words(reference), words(hypothesis)
     rows = [list(range(len(hyp) + 1))]
@@ -51,13 +52,24 @@ def word_errors(reference: str, hypothesis: str) -> tuple[int, int]:
         above, row = rows[-1], [i]
         for j, h in enumerate(hyp, 1):
             cost = min(above[j] + 1, row[j - 1] + 1, above[j - 1] + (r != h))
-            if j >= 2 and hyp[j - 2] + h == r:
+            if j >= 2 and spelled_alike(hyp[j - 2] + h, r):
                 cost = min(cost, above[j - 2])
-            if i >= 2 and ref[i - 2] + r == h:
+            if i >= 2 and spelled_alike(ref[i - 2] + r, h):
                 cost = min(cost, rows[-2][j - 1])
             row.append(cost)
         rows = [above, row]
     return rows[-1][-1], len(ref)
+
+
+def spelled_alike(joined: str, word: str) -> bool:
+    """Whether two words ``joined`` spell ``word`` but for at most one letter added or dropped ("goodby",
+    "goodbye"); short words must match exactly (too many are a letter apart)."""
+    if joined == word:
+        return True
+    shorter, longer = sorted((joined, word), key=len)
+    if len(longer) - len(shorter) != 1 or len(shorter) < 5:
+        return False
+    return any(longer[:k] + longer[k + 1 :] == shorter for k in range(len(longer)))
 
 
 def rms(pcm: np.ndarray) -> float:

@@ -18,6 +18,8 @@ from scripts.speech import word_errors
         ("Goodbye now.", "Good bye now.", 0),
         ("Good bye now.", "Goodbye now.", 0),
         ("Goodbye now.", "Good buy now.", 2),
+        ("Goodbye now.", "Good by now.", 0),  # Whisper base's spelling, now and then, of the same sounds
+        ("Put it onto it.", "put it on too it", 2),  # short words a letter apart are other words
         ("Hello there.", "Hell othere.", 2),
     ],
 )
